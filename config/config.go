@@ -1,0 +1,304 @@
+// Package config loads sm's TOML configuration: one struct, defaults filled in
+// one function, validated in one function, unknown keys refused.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sm-supervisor/sm/generation"
+)
+
+// Config is the whole of sm-manager's configuration. Every key is documented,
+// with its default, in config.example.toml.
+type Config struct {
+	Socket      string   `toml:"socket"`
+	SocketMode  FileMode `toml:"socket_mode"`
+	AllowedUIDs []int    `toml:"allowed_uids"`
+	LogLevel    string   `toml:"log_level"`
+
+	Topology  Topology  `toml:"topology"`
+	Cluster   Cluster   `toml:"cluster"`
+	Heartbeat Heartbeat `toml:"heartbeat"`
+	Restart   Restart   `toml:"restart"`
+	Requests  Requests  `toml:"requests"`
+	Limits    Limits    `toml:"limits"`
+	Shutdown  Shutdown  `toml:"shutdown"`
+	Deploy    Deploy    `toml:"deploy"`
+
+	// Path is the file the config was loaded from, for re-reading at DEPLOY.
+	Path string `toml:"-"`
+}
+
+// Topology is the [topology] table.
+type Topology struct {
+	TotalShards      int `toml:"total_shards"`
+	ShardsPerCluster int `toml:"shards_per_cluster"`
+}
+
+// Generation returns the topology in the generation package's terms.
+func (t Topology) Generation() generation.Topology {
+	return generation.Topology{Total: t.TotalShards, PerCluster: t.ShardsPerCluster}
+}
+
+// Cluster is the [cluster] table: how a cluster process is started.
+type Cluster struct {
+	Command []string          `toml:"command"`
+	Env     map[string]string `toml:"env"`
+	Dir     string            `toml:"dir"`
+}
+
+// Heartbeat is the [heartbeat] table.
+type Heartbeat struct {
+	Interval Duration `toml:"interval"`
+	Timeout  Duration `toml:"timeout"`
+}
+
+// Restart is the [restart] table: backoff between respawns and the restart
+// intensity past which a cluster is in a crash loop.
+type Restart struct {
+	BackoffMin Duration `toml:"backoff_min"`
+	BackoffMax Duration `toml:"backoff_max"`
+	Jitter     float64  `toml:"jitter"`
+	Intensity  int      `toml:"intensity"`
+	Period     Duration `toml:"period"`
+	StopGrace  Duration `toml:"stop_grace"`
+}
+
+// Requests is the [requests] table.
+type Requests struct {
+	Timeout Duration `toml:"timeout"`
+}
+
+// Limits is the [limits] table: every bound on what a peer can make the manager hold.
+type Limits struct {
+	MaxFrameBytes   int      `toml:"max_frame_bytes"`
+	MaxQueue        int      `toml:"max_queue"`
+	MaxQueueBytes   int      `toml:"max_queue_bytes"`
+	MaxPending      int      `toml:"max_pending"`
+	MaxWaiting      int      `toml:"max_waiting"`
+	MaxConnections  int      `toml:"max_connections"`
+	WriteTimeout    Duration `toml:"write_timeout"`
+	RegisterTimeout Duration `toml:"register_timeout"`
+}
+
+// Shutdown is the [shutdown] table.
+type Shutdown struct {
+	Timeout Duration `toml:"timeout"`
+}
+
+// Deploy is the [deploy] table.
+type Deploy struct {
+	ReadyTimeout   Duration `toml:"ready_timeout"`
+	QuiesceTimeout Duration `toml:"quiesce_timeout"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("1.5s").
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText renders the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// FileMode is a permission mode written as an octal string ("0660").
+type FileMode uint32
+
+// UnmarshalText parses an octal mode.
+func (m *FileMode) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 8, 32)
+	if err != nil || v > 0o777 {
+		return fmt.Errorf("%q is not an octal permission mode", b)
+	}
+	*m = FileMode(v)
+	return nil
+}
+
+// MarshalText renders the mode in octal.
+func (m FileMode) MarshalText() ([]byte, error) { return []byte(fmt.Sprintf("%04o", uint32(m))), nil }
+
+// Default returns the configuration used for every key a file leaves out.
+func Default() Config {
+	return Config{
+		Socket:     "/run/sm/sm.sock",
+		SocketMode: 0o660,
+		LogLevel:   "info",
+		Topology:   Topology{TotalShards: 16, ShardsPerCluster: 4},
+		Cluster:    Cluster{Command: []string{"cluster-harness", "--simulate"}},
+		Heartbeat: Heartbeat{
+			Interval: Duration{time.Second},
+			Timeout:  Duration{5 * time.Second},
+		},
+		Restart: Restart{
+			BackoffMin: Duration{500 * time.Millisecond},
+			BackoffMax: Duration{30 * time.Second},
+			Jitter:     0.2,
+			Intensity:  5,
+			Period:     Duration{time.Minute},
+			StopGrace:  Duration{5 * time.Second},
+		},
+		Requests: Requests{Timeout: Duration{10 * time.Second}},
+		Limits: Limits{
+			MaxFrameBytes:   1 << 20,
+			MaxQueue:        4096,
+			MaxQueueBytes:   64 << 20,
+			MaxPending:      65536,
+			MaxWaiting:      1024,
+			MaxConnections:  1024,
+			WriteTimeout:    Duration{10 * time.Second},
+			RegisterTimeout: Duration{5 * time.Second},
+		},
+		Shutdown: Shutdown{Timeout: Duration{30 * time.Second}},
+		Deploy: Deploy{
+			ReadyTimeout:   Duration{2 * time.Minute},
+			QuiesceTimeout: Duration{30 * time.Second},
+		},
+	}
+}
+
+// Load reads, decodes and validates the file at path. Keys the file leaves out
+// keep their defaults; unknown keys are an error naming them.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg.Path = abs
+	return cfg, nil
+}
+
+// Parse decodes and validates a configuration document.
+func Parse(doc string) (*Config, error) {
+	cfg := Default()
+	md, err := toml.Decode(doc, &cfg)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("line %d: %s", perr.Position.Line, perr.Message)
+		}
+		return nil, err
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("unknown key(s): %s", strings.Join(keys, ", "))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// Validate checks every key's value, naming the key in the error.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	positive := func(key string, d Duration) {
+		if d.Duration <= 0 {
+			bad(key, "must be a positive duration, got %v", d.Duration)
+		}
+	}
+	if c.Socket == "" {
+		bad("socket", "must name a path")
+	}
+	if len(c.Socket) > 107 {
+		bad("socket", "path is %d bytes; a Unix socket path holds at most 107", len(c.Socket))
+	}
+	for _, uid := range c.AllowedUIDs {
+		if uid < 0 {
+			bad("allowed_uids", "uid %d is negative", uid)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.Topology.TotalShards < 1 {
+		bad("topology.total_shards", "must be at least 1, got %d", c.Topology.TotalShards)
+	}
+	if c.Topology.ShardsPerCluster < 1 {
+		bad("topology.shards_per_cluster", "must be at least 1, got %d", c.Topology.ShardsPerCluster)
+	}
+	if len(c.Cluster.Command) == 0 || c.Cluster.Command[0] == "" {
+		bad("cluster.command", "must name a program")
+	}
+	for k := range c.Cluster.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			bad("cluster.env", "%q is not a variable name", k)
+		} else if strings.HasPrefix(k, "SM_") {
+			bad("cluster.env", "%s: SM_ variables are set by the manager", k)
+		}
+	}
+	positive("heartbeat.interval", c.Heartbeat.Interval)
+	positive("heartbeat.timeout", c.Heartbeat.Timeout)
+	if c.Heartbeat.Timeout.Duration <= c.Heartbeat.Interval.Duration {
+		bad("heartbeat.timeout", "must exceed heartbeat.interval (%v)", c.Heartbeat.Interval.Duration)
+	}
+	positive("restart.backoff_min", c.Restart.BackoffMin)
+	positive("restart.backoff_max", c.Restart.BackoffMax)
+	if c.Restart.BackoffMax.Duration < c.Restart.BackoffMin.Duration {
+		bad("restart.backoff_max", "must be at least restart.backoff_min (%v)", c.Restart.BackoffMin.Duration)
+	}
+	if c.Restart.Jitter < 0 || c.Restart.Jitter >= 1 {
+		bad("restart.jitter", "must be in [0, 1), got %v", c.Restart.Jitter)
+	}
+	if c.Restart.Intensity < 1 {
+		bad("restart.intensity", "must be at least 1, got %d", c.Restart.Intensity)
+	}
+	positive("restart.period", c.Restart.Period)
+	positive("restart.stop_grace", c.Restart.StopGrace)
+	positive("requests.timeout", c.Requests.Timeout)
+	if c.Limits.MaxFrameBytes < 1024 {
+		bad("limits.max_frame_bytes", "must be at least 1024, got %d", c.Limits.MaxFrameBytes)
+	}
+	for _, kv := range []struct {
+		key string
+		v   int
+	}{
+		{"limits.max_queue", c.Limits.MaxQueue},
+		{"limits.max_pending", c.Limits.MaxPending},
+		{"limits.max_waiting", c.Limits.MaxWaiting},
+		{"limits.max_connections", c.Limits.MaxConnections},
+	} {
+		if kv.v < 1 {
+			bad(kv.key, "must be at least 1, got %d", kv.v)
+		}
+	}
+	if c.Limits.MaxQueueBytes < c.Limits.MaxFrameBytes {
+		bad("limits.max_queue_bytes", "must be at least limits.max_frame_bytes (%d)", c.Limits.MaxFrameBytes)
+	}
+	positive("limits.write_timeout", c.Limits.WriteTimeout)
+	positive("limits.register_timeout", c.Limits.RegisterTimeout)
+	positive("shutdown.timeout", c.Shutdown.Timeout)
+	positive("deploy.ready_timeout", c.Deploy.ReadyTimeout)
+	positive("deploy.quiesce_timeout", c.Deploy.QuiesceTimeout)
+	return errors.Join(errs...)
+}

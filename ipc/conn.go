@@ -1,0 +1,336 @@
+package ipc
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Sentinel errors of framed connections.
+var (
+	// ErrFrameTooLarge is returned by ReadFrame for a line longer than the frame
+	// limit. The line has been skipped; the next ReadFrame starts at the next frame.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrQueueFull means the peer stopped reading: the outbound queue reached its
+	// bound, and the connection has been cut off.
+	ErrQueueFull = errors.New("outbound queue full: peer is not reading")
+	// ErrClosed is returned by Send on a connection that is closing or closed.
+	ErrClosed = errors.New("connection closed")
+	// ErrTimeout is returned by a request whose deadline passed with no reply.
+	ErrTimeout = errors.New("request timed out")
+	// ErrUnavailable is returned by a request made while the client is not connected.
+	ErrUnavailable = errors.New("not connected to the manager")
+)
+
+// Reader splits a byte stream into frames: one JSON object per line, at most max
+// bytes (the newline not counted). An oversized line is skipped to its end so the
+// stream stays in sync, and reported as ErrFrameTooLarge.
+type Reader struct {
+	br  *bufio.Reader
+	max int
+	acc []byte
+}
+
+// NewReader returns a Reader of r with the frame limit max.
+func NewReader(r io.Reader, max int) *Reader {
+	size := 64 << 10
+	if max+1 < size {
+		size = max + 1
+	}
+	if size < 16 {
+		size = 16
+	}
+	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
+}
+
+// ReadFrame returns the next non-blank line without its newline. The slice is
+// valid only until the next call.
+func (r *Reader) ReadFrame() ([]byte, error) {
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		return line, nil
+	}
+}
+
+func (r *Reader) readLine() ([]byte, error) {
+	r.acc = r.acc[:0]
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			if len(r.acc) == 0 {
+				line := chunk[:len(chunk)-1]
+				if len(line) > r.max {
+					return nil, ErrFrameTooLarge
+				}
+				return line, nil
+			}
+			r.acc = append(r.acc, chunk[:len(chunk)-1]...)
+			if len(r.acc) > r.max {
+				return nil, ErrFrameTooLarge
+			}
+			return r.acc, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			if len(r.acc)+len(chunk) > r.max {
+				return nil, r.skipLine()
+			}
+			r.acc = append(r.acc, chunk...)
+		default:
+			if err == io.EOF && len(r.acc)+len(chunk) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
+
+// skipLine discards input up to and including the next newline.
+func (r *Reader) skipLine() error {
+	r.acc = r.acc[:0]
+	for {
+		_, err := r.br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			return ErrFrameTooLarge
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return err
+		}
+	}
+}
+
+// Buffered reports whether bytes of a further frame are already buffered.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// Options bound a Conn. Zero fields take the defaults of DefaultOptions.
+type Options struct {
+	MaxFrameBytes int           // largest frame accepted or sent
+	MaxQueue      int           // frames waiting to be written before the peer is cut off
+	MaxQueueBytes int           // bytes waiting to be written before the peer is cut off
+	WriteTimeout  time.Duration // longest a single write to the peer may block
+}
+
+// DefaultOptions are the protocol defaults (config keys max_frame_bytes,
+// max_queue, max_queue_bytes and write_timeout).
+var DefaultOptions = Options{
+	MaxFrameBytes: 1 << 20,
+	MaxQueue:      4096,
+	MaxQueueBytes: 64 << 20,
+	WriteTimeout:  10 * time.Second,
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = DefaultOptions.MaxFrameBytes
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = DefaultOptions.MaxQueue
+	}
+	if o.MaxQueueBytes <= 0 {
+		o.MaxQueueBytes = DefaultOptions.MaxQueueBytes
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultOptions.WriteTimeout
+	}
+	return o
+}
+
+// Conn is a framed connection. One goroutine reads (ReadFrame); any goroutine may
+// Send. Sends never block: they append to a bounded queue that a writer goroutine
+// drains in as few syscalls as it can, so frames that arrive together go out
+// together. A peer that stops reading fills the queue and is cut off.
+type Conn struct {
+	nc   net.Conn
+	r    *Reader
+	opts Options
+
+	mu      sync.Mutex
+	out     []byte // frames waiting for the writer, newline-terminated
+	queued  int    // frames in out
+	closing bool   // no more sends; the writer flushes, then closes nc
+	cause   error  // why the connection ended, if not a clean close
+
+	spare []byte // owned by the writer goroutine
+	wake  chan struct{}
+	done  chan struct{}
+}
+
+// NewConn wraps nc and starts its writer goroutine. The caller must eventually
+// Close or Abort it (a read error does neither).
+func NewConn(nc net.Conn, opts Options) *Conn {
+	opts = opts.withDefaults()
+	c := &Conn{
+		nc:   nc,
+		r:    NewReader(nc, opts.MaxFrameBytes),
+		opts: opts,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	go c.writeLoop()
+	return c
+}
+
+// NetConn returns the underlying connection, for peer credentials and addresses.
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
+// Options returns the bounds of c.
+func (c *Conn) Options() Options { return c.opts }
+
+// ReadFrame returns the next frame's bytes; see Reader.ReadFrame.
+func (c *Conn) ReadFrame() ([]byte, error) { return c.r.ReadFrame() }
+
+// Buffered reports how many read bytes wait in the input buffer.
+func (c *Conn) Buffered() int { return c.r.Buffered() }
+
+// Send queues an encoded frame (without newline). It fails with ErrClosed once the
+// connection is closing, with ErrFrameTooLarge for a frame over the limit, and
+// with ErrQueueFull, cutting the connection off, when the peer is not reading.
+func (c *Conn) Send(frame []byte) error {
+	if len(frame) > c.opts.MaxFrameBytes {
+		return ErrFrameTooLarge
+	}
+	c.mu.Lock()
+	if err := c.admitLocked(len(frame)); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.out = append(c.out, frame...)
+	c.out = append(c.out, '\n')
+	c.queued++
+	c.mu.Unlock()
+	c.kick()
+	return nil
+}
+
+// SendFrame encodes f straight into the queue; see Send.
+func (c *Conn) SendFrame(f *Frame) error {
+	c.mu.Lock()
+	if err := c.admitLocked(len(f.Payload)); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	start := len(c.out)
+	c.out = AppendFrame(c.out, f)
+	if len(c.out)-start > c.opts.MaxFrameBytes {
+		c.out = c.out[:start]
+		c.mu.Unlock()
+		return ErrFrameTooLarge
+	}
+	c.out = append(c.out, '\n')
+	c.queued++
+	c.mu.Unlock()
+	c.kick()
+	return nil
+}
+
+func (c *Conn) admitLocked(n int) error {
+	if c.closing {
+		return ErrClosed
+	}
+	if c.queued >= c.opts.MaxQueue || len(c.out)+n > c.opts.MaxQueueBytes {
+		c.closing = true
+		c.cause = ErrQueueFull
+		c.out = c.out[:0]
+		// Closing nc unblocks a writer stuck in Write on a peer that stopped reading.
+		c.nc.Close()
+		c.kick()
+		return ErrQueueFull
+	}
+	return nil
+}
+
+func (c *Conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) writeLoop() {
+	defer close(c.done)
+	defer c.nc.Close()
+	for range c.wake {
+		for {
+			c.mu.Lock()
+			buf := c.out
+			c.out = c.spare[:0]
+			c.queued = 0
+			closing := c.closing
+			c.mu.Unlock()
+			if len(buf) == 0 {
+				c.spare = buf
+				if closing {
+					return
+				}
+				break
+			}
+			c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.fail(err)
+				return
+			}
+			c.spare = buf
+		}
+	}
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.cause == nil {
+		c.cause = err
+	}
+	c.closing = true
+	c.out = nil
+	c.mu.Unlock()
+}
+
+// Close stops accepting sends, lets the writer flush what is queued (bounded by
+// the write timeout), then closes the socket. It does not wait; see Done.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.kick()
+}
+
+// Abort closes the socket at once, dropping anything queued, and records cause.
+func (c *Conn) Abort(cause error) {
+	c.mu.Lock()
+	if c.cause == nil {
+		c.cause = cause
+	}
+	c.closing = true
+	c.out = nil
+	c.mu.Unlock()
+	c.nc.Close()
+	c.kick()
+}
+
+// Done is closed once the writer has stopped and the socket is closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Cause returns why the connection was cut off (ErrQueueFull, a write error, or
+// what Abort was given), or nil.
+func (c *Conn) Cause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// Queued returns the number of frames waiting to be written.
+func (c *Conn) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}

@@ -1,0 +1,150 @@
+// Package ipc is sm's wire protocol v1: NDJSON frames over a Unix stream socket,
+// the framed connection both ends use, and a Go client for clusters and tools.
+package ipc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Structural ops: the only ones the manager acts on. Every other op is a business
+// op and is forwarded by target without reading its payload.
+const (
+	OpRegister  = "REGISTER"
+	OpHeartbeat = "HEARTBEAT"
+	OpQuiesce   = "QUIESCE"
+	OpQuiesced  = "QUIESCED"
+	OpDeploy    = "DEPLOY"
+)
+
+// Other protocol ops: replies and manager → cluster notifications.
+const (
+	OpReply    = "REPLY"
+	OpActivate = "ACTIVATE"
+)
+
+// Roles a connection may REGISTER as.
+const (
+	RoleCluster = "cluster"
+	RoleClient  = "client"
+)
+
+// Target forms for business ops besides a plain cluster id.
+const (
+	TargetAll         = "*"
+	TargetGuildPrefix = "guild:"
+	TargetShardPrefix = "shard:"
+)
+
+// Frame is one protocol message. Only Op is required; which other fields matter
+// depends on the op. Payload is kept as raw bytes so it is forwarded unchanged.
+type Frame struct {
+	Op      string          `json:"op"`
+	ID      string          `json:"id,omitempty"`
+	Target  string          `json:"target,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+
+	// REGISTER fields.
+	Role       string `json:"role,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Cluster    *int   `json:"cluster,omitempty"`
+	Generation *int64 `json:"generation,omitempty"`
+	Token      string `json:"token,omitempty"`
+	PID        int    `json:"pid,omitempty"`
+
+	// HEARTBEAT field: all of the sender's shards are connected.
+	Ready *bool `json:"ready,omitempty"`
+
+	// DEPLOY fields.
+	Clusters    []int `json:"clusters,omitempty"`
+	MaxParallel int   `json:"max_parallel,omitempty"`
+}
+
+// Stable error codes carried in Error.Code. Clients switch on these, so they never change.
+const (
+	CodeBadFrame         = "bad_frame"
+	CodeFrameTooLarge    = "frame_too_large"
+	CodeUnknownTarget    = "unknown_target"
+	CodeUnavailable      = "unavailable"
+	CodeTimeout          = "timeout"
+	CodeBusy             = "busy"
+	CodeForbidden        = "forbidden"
+	CodeDeployInProgress = "deploy_in_progress"
+	CodeNotRegistered    = "not_registered"
+	CodeUnknownID        = "unknown_id"
+	CodeUnknownOp        = "unknown_op"
+	CodeBadConfig        = "bad_config"
+	CodeShuttingDown     = "shutting_down"
+	CodeInternal         = "internal"
+)
+
+// Error is the error object of a REPLY. It implements error so a Go caller can
+// errors.As a failed request into it and switch on Code.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the protocol code of err: the Code of an *Error in its chain,
+// CodeTimeout for deadline errors, and CodeInternal otherwise.
+func CodeOf(err error) string {
+	var pe *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &pe):
+		return pe.Code
+	case errors.Is(err, ErrTimeout):
+		return CodeTimeout
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
+		return CodeUnavailable
+	default:
+		return CodeInternal
+	}
+}
+
+// Decode parses one frame. It rejects frames that are not a JSON object or have
+// no op; unknown fields are ignored, as the protocol requires.
+func Decode(b []byte) (*Frame, error) {
+	f := new(Frame)
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, Errorf(CodeBadFrame, "not a JSON frame: %v", err)
+	}
+	if f.Op == "" {
+		return f, Errorf(CodeBadFrame, "frame has no op")
+	}
+	return f, nil
+}
+
+// Reply builds the REPLY to request id with a payload.
+func Reply(id string, payload json.RawMessage) *Frame {
+	return &Frame{Op: OpReply, ID: id, Payload: payload}
+}
+
+// ReplyError builds the REPLY to request id carrying err.
+func ReplyError(id string, err *Error) *Frame {
+	return &Frame{Op: OpReply, ID: id, Error: err}
+}
+
+// Int returns a pointer to v, for the optional integer fields of Frame.
+func Int(v int) *int { return &v }
+
+// Int64 returns a pointer to v, for Frame.Generation.
+func Int64(v int64) *int64 { return &v }
+
+// Bool returns a pointer to v, for Frame.Ready.
+func Bool(v bool) *bool { return &v }
