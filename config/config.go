@@ -57,8 +57,9 @@ type Cluster struct {
 
 // Heartbeat is the [heartbeat] table.
 type Heartbeat struct {
-	Interval Duration `toml:"interval"`
-	Timeout  Duration `toml:"timeout"`
+	Interval     Duration `toml:"interval"`
+	Timeout      Duration `toml:"timeout"`
+	StartTimeout Duration `toml:"start_timeout"`
 }
 
 // Restart is the [restart] table: backoff between respawns and the restart
@@ -119,6 +120,17 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // FileMode is a permission mode written as an octal string ("0660").
 type FileMode uint32
 
+// UnmarshalTOML takes the mode only as a string. A TOML integer is refused: by
+// the time it gets here 0o660 and 432 are the same number, and a mode written as
+// decimal 660 or octal 0o660 would silently be some other mode.
+func (m *FileMode) UnmarshalTOML(v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("write the mode as an octal string such as \"0660\" (a TOML number is ambiguous), got %v", v)
+	}
+	return m.UnmarshalText([]byte(s))
+}
+
 // UnmarshalText parses an octal mode.
 func (m *FileMode) UnmarshalText(b []byte) error {
 	v, err := strconv.ParseUint(string(b), 8, 32)
@@ -141,8 +153,9 @@ func Default() Config {
 		Topology:   Topology{TotalShards: 16, ShardsPerCluster: 4},
 		Cluster:    Cluster{Command: []string{"cluster-harness", "--simulate"}},
 		Heartbeat: Heartbeat{
-			Interval: Duration{time.Second},
-			Timeout:  Duration{5 * time.Second},
+			Interval:     Duration{time.Second},
+			Timeout:      Duration{5 * time.Second},
+			StartTimeout: Duration{30 * time.Second},
 		},
 		Restart: Restart{
 			BackoffMin: Duration{500 * time.Millisecond},
@@ -197,6 +210,11 @@ func Parse(doc string) (*Config, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
+			// LastKey is set when a value was refused (a bad duration, say):
+			// name the key, as every other config error does.
+			if perr.LastKey != "" {
+				return nil, fmt.Errorf("line %d: %s: %s", perr.Position.Line, perr.LastKey, perr.Message)
+			}
 			return nil, fmt.Errorf("line %d: %s", perr.Position.Line, perr.Message)
 		}
 		return nil, err
@@ -212,6 +230,12 @@ func Parse(doc string) (*Config, error) {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// reservedEnv are the variables the manager sets in every cluster's environment.
+var reservedEnv = map[string]bool{
+	"SM_SOCKET": true, "SM_CLUSTER": true, "SM_GENERATION": true, "SM_SHARD_FIRST": true,
+	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true,
 }
 
 // Validate checks every key's value, naming the key in the error.
@@ -230,6 +254,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Socket) > 107 {
 		bad("socket", "path is %d bytes; a Unix socket path holds at most 107", len(c.Socket))
+	}
+	if c.SocketMode > 0o777 {
+		bad("socket_mode", "%04o is not a permission mode", uint32(c.SocketMode))
 	}
 	for _, uid := range c.AllowedUIDs {
 		if uid < 0 {
@@ -253,12 +280,13 @@ func (c *Config) Validate() error {
 	for k := range c.Cluster.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			bad("cluster.env", "%q is not a variable name", k)
-		} else if strings.HasPrefix(k, "SM_") {
-			bad("cluster.env", "%s: SM_ variables are set by the manager", k)
+		} else if reservedEnv[k] {
+			bad("cluster.env", "%s is set by the manager for each spawn", k)
 		}
 	}
 	positive("heartbeat.interval", c.Heartbeat.Interval)
 	positive("heartbeat.timeout", c.Heartbeat.Timeout)
+	positive("heartbeat.start_timeout", c.Heartbeat.StartTimeout)
 	if c.Heartbeat.Timeout.Duration <= c.Heartbeat.Interval.Duration {
 		bad("heartbeat.timeout", "must exceed heartbeat.interval (%v)", c.Heartbeat.Interval.Duration)
 	}

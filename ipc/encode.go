@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"bytes"
 	"strconv"
 	"unicode/utf8"
 )
@@ -19,6 +20,10 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 	if f.Target != "" {
 		dst = append(dst, `,"target":`...)
 		dst = appendString(dst, f.Target)
+	}
+	if f.TimeoutMS != 0 {
+		dst = append(dst, `,"timeout_ms":`...)
+		dst = strconv.AppendInt(dst, f.TimeoutMS, 10)
 	}
 	if f.Role != "" {
 		dst = append(dst, `,"role":`...)
@@ -71,9 +76,27 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 	}
 	if len(f.Payload) > 0 {
 		dst = append(dst, `,"payload":`...)
-		dst = append(dst, f.Payload...)
+		dst = appendPayload(dst, f.Payload)
 	}
 	return append(dst, '}')
+}
+
+// appendPayload appends p unchanged, except that newlines become spaces. A raw
+// newline in JSON can only be whitespace between tokens, so this keeps the value,
+// and it keeps a payload a Go caller built with MarshalIndent from splitting the
+// frame in two. Payloads read off the wire hold no newline and pass byte for byte.
+func appendPayload(dst, p []byte) []byte {
+	if bytes.IndexByte(p, '\n') < 0 {
+		return append(dst, p...)
+	}
+	start := len(dst)
+	dst = append(dst, p...)
+	for i, b := range dst[start:] {
+		if b == '\n' {
+			dst[start+i] = ' '
+		}
+	}
+	return dst
 }
 
 // Encode returns f as a compact JSON object without the trailing newline.

@@ -45,6 +45,9 @@ type Frame struct {
 	Target  string          `json:"target,omitempty"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Error   *Error          `json:"error,omitempty"`
+	// TimeoutMS, on a request, shortens the manager's request deadline for it
+	// (a v1 addition; the manager's requests.timeout is the ceiling).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 
 	// REGISTER fields.
 	Role       string `json:"role,omitempty"`
@@ -118,10 +121,17 @@ func CodeOf(err error) string {
 }
 
 // Decode parses one frame. It rejects frames that are not a JSON object or have
-// no op; unknown fields are ignored, as the protocol requires.
+// no op; unknown fields are ignored, as the protocol requires. When the frame is
+// a JSON object but still refused (no op, or a field of the wrong type) the error
+// comes with the fields that did decode, so the caller can reply to its id.
 func Decode(b []byte) (*Frame, error) {
 	f := new(Frame)
 	if err := json.Unmarshal(b, f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// An object with a mistyped field: the rest of it did decode.
+			return f, Errorf(CodeBadFrame, "bad frame: %v", err)
+		}
 		return nil, Errorf(CodeBadFrame, "not a JSON frame: %v", err)
 	}
 	if f.Op == "" {

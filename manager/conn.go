@@ -1,0 +1,212 @@
+package manager
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/unixsock"
+)
+
+// conn is one registered (or registering) connection.
+type conn struct {
+	id   uint64
+	c    *ipc.Conn
+	cred unixsock.Cred
+	role string
+	name string
+	proc *proc // for role cluster; set once at REGISTER
+}
+
+func (c *conn) send(f *ipc.Frame) error { return c.c.SendFrame(f) }
+
+func (c *conn) reply(id string, payload json.RawMessage) {
+	if id != "" {
+		c.send(ipc.Reply(id, payload))
+	}
+}
+
+// replyErr answers id with an error. A frame without an id still learns why it
+// was refused: the REPLY then carries no id.
+func (c *conn) replyErr(id, code, format string, args ...any) {
+	c.send(ipc.ReplyError(id, ipc.Errorf(code, format, args...)))
+}
+
+// refuse answers with an error and closes after flushing it.
+func (c *conn) refuse(code, msg string) {
+	c.send(ipc.ReplyError("", &ipc.Error{Code: code, Message: msg}))
+	c.c.Close()
+}
+
+// serve runs one connection: peer check, REGISTER, then frames until it ends.
+func (m *Manager) serve(c *conn) {
+	defer func() {
+		c.c.Close()
+		<-c.c.Done()
+		m.removeConn(c)
+		if c.proc != nil {
+			m.post(evDisconnect{p: c.proc, c: c})
+		}
+	}()
+	nc := c.c.NetConn()
+	cred, err := unixsock.PeerCred(nc)
+	if err != nil {
+		m.log.Warn("connection refused: no peer credentials", "conn", c.id, "err", err)
+		c.refuse(ipc.CodeForbidden, "peer credentials unavailable")
+		return
+	}
+	c.cred = cred
+	if !m.uids[cred.UID] {
+		m.log.Warn("connection refused: uid not allowed", "conn", c.id, "uid", cred.UID, "peer_pid", cred.PID)
+		c.refuse(ipc.CodeForbidden, "uid not allowed (allowed_uids)")
+		return
+	}
+	if !m.register(c) {
+		return
+	}
+	for {
+		line, err := c.c.ReadFrame()
+		if err != nil {
+			if errors.Is(err, ipc.ErrFrameTooLarge) {
+				c.replyErr("", ipc.CodeFrameTooLarge, "frame exceeds limits.max_frame_bytes (%d); skipped", m.cfg.Limits.MaxFrameBytes)
+				continue
+			}
+			m.logClosed(c, err)
+			return
+		}
+		f, err := ipc.Decode(line)
+		if err != nil {
+			id := ""
+			if f != nil {
+				id = f.ID
+			}
+			c.replyErr(id, ipc.CodeBadFrame, "%s", messageOf(err))
+			continue
+		}
+		m.handle(c, f)
+	}
+}
+
+func (m *Manager) logClosed(c *conn, err error) {
+	if cause := c.c.Cause(); cause != nil {
+		m.log.Warn("connection cut off", "conn", c.id, "role", c.role, "name", c.name, "reason", cause)
+		return
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		m.log.Info("connection closed", "conn", c.id, "role", c.role, "err", err)
+	}
+}
+
+func messageOf(err error) string {
+	var pe *ipc.Error
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
+}
+
+// register reads the first frame, which must be REGISTER, and answers it.
+func (m *Manager) register(c *conn) bool {
+	nc := c.c.NetConn()
+	nc.SetReadDeadline(time.Now().Add(m.cfg.Limits.RegisterTimeout.Duration))
+	line, err := c.c.ReadFrame()
+	nc.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, ipc.ErrFrameTooLarge):
+		c.refuse(ipc.CodeFrameTooLarge, "first frame exceeds limits.max_frame_bytes")
+		return false
+	case err != nil:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.refuse(ipc.CodeNotRegistered, "no REGISTER within limits.register_timeout")
+		}
+		return false
+	}
+	f, err := ipc.Decode(line)
+	if err != nil {
+		id := ""
+		if f != nil {
+			id = f.ID
+		}
+		c.send(ipc.ReplyError(id, ipc.Errorf(ipc.CodeNotRegistered, "first frame must be REGISTER: %s", messageOf(err))))
+		c.c.Close()
+		return false
+	}
+	if f.Op != ipc.OpRegister {
+		c.send(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeNotRegistered, "first frame must be REGISTER, got %s", f.Op)))
+		c.c.Close()
+		return false
+	}
+	switch f.Role {
+	case ipc.RoleClient:
+		c.role, c.name = ipc.RoleClient, f.Name
+		c.reply(f.ID, m.clientHello(c))
+		m.log.Info("client registered", "conn", c.id, "name", f.Name, "peer_pid", c.cred.PID)
+		return true
+	case ipc.RoleCluster:
+		res := make(chan registerResult, 1)
+		m.post(evRegister{c: c, f: f, res: res})
+		var r registerResult
+		select {
+		case r = <-res:
+		case <-m.done:
+			r = registerResult{err: ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")}
+		}
+		if r.err != nil {
+			c.send(ipc.ReplyError(f.ID, r.err))
+			c.c.Close()
+			return false
+		}
+		c.reply(f.ID, r.payload)
+		return true
+	default:
+		c.send(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeBadFrame, "REGISTER role must be %q or %q", ipc.RoleCluster, ipc.RoleClient)))
+		c.c.Close()
+		return false
+	}
+}
+
+func (m *Manager) clientHello(c *conn) json.RawMessage {
+	t := m.Topology()
+	b, _ := json.Marshal(map[string]any{
+		"conn":               c.id,
+		"protocol":           1,
+		"total_shards":       t.Total,
+		"shards_per_cluster": t.PerCluster,
+		"clusters":           t.Clusters(),
+	})
+	return b
+}
+
+// handle dispatches one frame of a registered connection.
+func (m *Manager) handle(c *conn, f *ipc.Frame) {
+	switch f.Op {
+	case ipc.OpReply:
+		m.completeReply(c, f)
+	case ipc.OpHeartbeat:
+		if c.proc == nil {
+			c.replyErr(f.ID, ipc.CodeForbidden, "HEARTBEAT is for cluster connections")
+			return
+		}
+		m.post(evHeartbeat{p: c.proc, ready: f.Ready != nil && *f.Ready, payload: f.Payload, at: time.Now()})
+		c.reply(f.ID, nil)
+	case ipc.OpQuiesced:
+		if c.proc == nil {
+			c.replyErr(f.ID, ipc.CodeForbidden, "QUIESCED is for cluster connections")
+			return
+		}
+		m.post(evQuiesced{p: c.proc})
+		c.reply(f.ID, nil)
+	case ipc.OpRegister:
+		c.replyErr(f.ID, ipc.CodeForbidden, "connection is already registered")
+	case ipc.OpQuiesce, ipc.OpActivate:
+		c.replyErr(f.ID, ipc.CodeForbidden, "%s is sent by the manager only", f.Op)
+	case ipc.OpDeploy:
+		m.deploy(c, f)
+	default:
+		m.forward(c, f)
+	}
+}

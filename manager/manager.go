@@ -1,0 +1,266 @@
+// Package manager is sm-manager's core: it serves the Unix socket protocol,
+// spawns and supervises one process per cluster, and routes business ops
+// between registered connections.
+//
+// One goroutine, the event loop, owns every cluster's supervision state; reader
+// goroutines (one per connection) post events to it. The request hot path does
+// not go through the loop: it reads a routing table the loop publishes
+// atomically and completes requests through a mutex-guarded pending table.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sm-supervisor/sm/backoff"
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/supervise"
+)
+
+// Options are a Manager's collaborators; only Config is required.
+type Options struct {
+	Config *config.Config
+	// Spawner starts cluster processes (default supervise.ExecSpawner).
+	Spawner supervise.Spawner
+	// Logger receives structured logs (default: discard).
+	Logger *slog.Logger
+	// Rand returns uniform numbers in [0, 1) for backoff jitter.
+	Rand func() float64
+}
+
+// Manager supervises the clusters of one bot and routes their messages.
+type Manager struct {
+	cfg     *config.Config
+	argv    []string
+	spawner supervise.Spawner
+	log     *slog.Logger
+	rand    func() float64
+	policy  supervise.RestartPolicy
+	connOpt ipc.Options
+	uids    map[int]bool
+
+	routes atomic.Pointer[routeTable]
+	slots  []*slot // fixed for the topology in force
+
+	events chan event
+	done   chan struct{} // closed when Run has finished with the event loop
+
+	procSeq atomic.Uint64
+	reqSeq  atomic.Uint64
+	connSeq atomic.Uint64
+
+	pmu     sync.Mutex
+	pending map[uint64]*pending
+
+	cmu      sync.Mutex
+	conns    map[*conn]struct{}
+	connWG   sync.WaitGroup
+	stopping atomic.Bool // set once shutdown starts: new requests are refused
+
+	// Loop-owned.
+	procs  map[uint64]*proc // every process not yet confirmed exited
+	stopWG sync.WaitGroup   // goroutines stopping processes
+}
+
+// New validates opts and returns a manager ready to Run.
+func New(opts Options) (*Manager, error) {
+	cfg := opts.Config
+	if cfg == nil {
+		return nil, errors.New("manager: no config")
+	}
+	base := "."
+	if cfg.Path != "" {
+		base = filepath.Dir(cfg.Path)
+	}
+	argv, err := supervise.ResolveCommand(cfg.Cluster.Command, base)
+	if err != nil {
+		return nil, fmt.Errorf("manager: cluster.command: %w", err)
+	}
+	m := &Manager{
+		cfg:     cfg,
+		argv:    argv,
+		spawner: opts.Spawner,
+		log:     opts.Logger,
+		rand:    opts.Rand,
+		policy: supervise.RestartPolicy{
+			Backoff: backoff.Policy{
+				Min:    cfg.Restart.BackoffMin.Duration,
+				Max:    cfg.Restart.BackoffMax.Duration,
+				Jitter: cfg.Restart.Jitter,
+			},
+			Intensity: cfg.Restart.Intensity,
+			Period:    cfg.Restart.Period.Duration,
+		},
+		connOpt: ipc.Options{
+			MaxFrameBytes: cfg.Limits.MaxFrameBytes,
+			MaxQueue:      cfg.Limits.MaxQueue,
+			MaxQueueBytes: cfg.Limits.MaxQueueBytes,
+			WriteTimeout:  cfg.Limits.WriteTimeout.Duration,
+		},
+		uids:    allowedUIDs(cfg.AllowedUIDs),
+		events:  make(chan event, 1024),
+		done:    make(chan struct{}),
+		pending: make(map[uint64]*pending),
+		conns:   make(map[*conn]struct{}),
+		procs:   make(map[uint64]*proc),
+	}
+	if m.spawner == nil {
+		m.spawner = supervise.ExecSpawner{}
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.rand == nil {
+		m.rand = rand.Float64
+	}
+	topo := cfg.Topology.Generation()
+	if err := topo.Validate(); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	m.slots = make([]*slot, topo.Clusters())
+	for i := range m.slots {
+		first, last := topo.Range(i)
+		m.slots[i] = &slot{id: i, first: first, last: last, gen: 1}
+	}
+	m.routes.Store(&routeTable{topo: topo, procs: make([]*proc, len(m.slots))})
+	return m, nil
+}
+
+// allowedUIDs is the set of peer uids the socket accepts: the configured list,
+// or the manager's own uid when none is configured. Root is always allowed.
+func allowedUIDs(list []int) map[int]bool {
+	set := map[int]bool{0: true}
+	if len(list) == 0 {
+		set[os.Getuid()] = true
+	}
+	for _, u := range list {
+		set[u] = true
+	}
+	return set
+}
+
+// Run spawns every cluster, serves ln until ctx is cancelled, then quiesces and
+// stops every cluster (bounded by shutdown.timeout) and returns. A cancelled
+// context is a clean stop and returns nil.
+func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		m.accept(ln)
+	}()
+	for _, s := range m.slots {
+		m.spawn(s)
+	}
+	m.loop(ctx)
+	m.stopping.Store(true)
+	ln.Close()
+	<-acceptDone
+	m.shutdown()
+	close(m.done)
+	m.closeConns()
+	m.connWG.Wait()
+	m.stopWG.Wait()
+	m.failAllPending()
+	return nil
+}
+
+// loop is the event loop: it owns supervision state until ctx is cancelled.
+func (m *Manager) loop(ctx context.Context) {
+	tick := time.NewTicker(m.tickEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case ev := <-m.events:
+			ev.apply(m)
+		case now := <-tick.C:
+			m.checkHeartbeats(now)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (m *Manager) tickEvery() time.Duration {
+	return max(m.cfg.Heartbeat.Interval.Duration/2, 10*time.Millisecond)
+}
+
+// post hands an event to the loop; it gives up once the manager has stopped.
+func (m *Manager) post(ev event) {
+	select {
+	case m.events <- ev:
+	case <-m.done:
+	}
+}
+
+func (m *Manager) accept(ln net.Listener) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			m.log.Error("accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		c, ok := m.addConn(nc)
+		if !ok {
+			continue
+		}
+		go func() {
+			defer m.connWG.Done()
+			m.serve(c)
+		}()
+	}
+}
+
+func (m *Manager) addConn(nc net.Conn) (*conn, bool) {
+	c := &conn{id: m.connSeq.Add(1), c: ipc.NewConn(nc, m.connOpt)}
+	m.cmu.Lock()
+	defer m.cmu.Unlock()
+	if m.stopping.Load() {
+		c.refuse(ipc.CodeShuttingDown, "manager is shutting down")
+		return nil, false
+	}
+	if len(m.conns) >= m.cfg.Limits.MaxConnections {
+		m.log.Warn("connection refused: limits.max_connections reached", "conn", c.id)
+		c.refuse(ipc.CodeBusy, "too many connections (limits.max_connections)")
+		return nil, false
+	}
+	m.conns[c] = struct{}{}
+	m.connWG.Add(1)
+	return c, true
+}
+
+func (m *Manager) removeConn(c *conn) {
+	m.cmu.Lock()
+	delete(m.conns, c)
+	m.cmu.Unlock()
+}
+
+func (m *Manager) closeConns() {
+	m.cmu.Lock()
+	defer m.cmu.Unlock()
+	for c := range m.conns {
+		c.c.Close()
+	}
+}
+
+
+// Topology returns the shard topology in force.
+func (m *Manager) Topology() generation.Topology { return m.routes.Load().topo }

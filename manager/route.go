@@ -1,0 +1,318 @@
+package manager
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// routeTable is an immutable snapshot of who serves each cluster; the loop
+// publishes a new one whenever routing changes.
+type routeTable struct {
+	topo  generation.Topology
+	procs []*proc // routed process per cluster, nil while it has none
+}
+
+// pending is one request on its way: waiting for its cluster, or forwarded and
+// waiting for the reply. Exactly one path completes it (claim).
+type pending struct {
+	mid    atomic.Uint64 // the id the cluster sees, once forwarded
+	from   *conn
+	origID string
+	f      *ipc.Frame            // the request (op, target, payload)
+	to     atomic.Pointer[proc] // set once forwarded
+	timer  *time.Timer
+	bc     *broadcast
+	bcIdx  int
+	done   atomic.Bool
+	queued time.Time
+}
+
+func (p *pending) claim() bool {
+	if !p.done.CompareAndSwap(false, true) {
+		return false
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	return true
+}
+
+// broadcast gathers the per-cluster results of a "*" request into one REPLY.
+type broadcast struct {
+	from    *conn
+	origID  string
+	mu      sync.Mutex
+	results []bcResult
+	left    int
+}
+
+type bcResult struct {
+	cluster int
+	payload json.RawMessage
+	err     *ipc.Error
+}
+
+// requestTimeout is the deadline of f: requests.timeout, shortened by the
+// frame's timeout_ms if it asks for less.
+func (m *Manager) requestTimeout(f *ipc.Frame) time.Duration {
+	d := m.cfg.Requests.Timeout.Duration
+	if f.TimeoutMS > 0 {
+		if t := time.Duration(f.TimeoutMS) * time.Millisecond; t < d {
+			d = t
+		}
+	}
+	return d
+}
+
+// forward routes a business op to the process serving its target.
+func (m *Manager) forward(from *conn, f *ipc.Frame) {
+	if m.stopping.Load() {
+		from.replyErr(f.ID, ipc.CodeShuttingDown, "manager is shutting down")
+		return
+	}
+	table := m.routes.Load()
+	cluster, err := table.topo.Resolve(f.Target)
+	if err != nil {
+		if f.ID != "" || errors.Is(err, generation.ErrUnknownTarget) {
+			from.replyErr(f.ID, ipc.CodeUnknownTarget, "%v", err)
+		}
+		return
+	}
+	timeout := m.requestTimeout(f)
+	if cluster == generation.All {
+		m.broadcast(from, f, table, timeout)
+		return
+	}
+	p := &pending{from: from, origID: f.ID, f: f, queued: time.Now()}
+	m.arm(p, timeout)
+	m.dispatch(cluster, p)
+}
+
+// arm starts p's deadline.
+func (m *Manager) arm(p *pending, timeout time.Duration) {
+	p.timer = time.AfterFunc(timeout, func() { m.expire(p) })
+}
+
+// dispatch sends p to cluster's routed process or, while it has none, queues
+// it (bounded by limits.max_waiting and by p's deadline).
+func (m *Manager) dispatch(cluster int, p *pending) {
+	if pr := m.routes.Load().procs[cluster]; pr.usable() {
+		m.send(pr, p)
+		return
+	}
+	s := m.slots[cluster]
+	s.mu.Lock()
+	if pr := m.routes.Load().procs[cluster]; pr.usable() {
+		s.mu.Unlock()
+		m.send(pr, p)
+		return
+	}
+	if s.waitingLive() >= m.cfg.Limits.MaxWaiting {
+		s.mu.Unlock()
+		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is restarting and %d requests already wait for it (limits.max_waiting)", cluster, m.cfg.Limits.MaxWaiting))
+		return
+	}
+	s.waiting = append(s.waiting, p)
+	s.mu.Unlock()
+}
+
+// send forwards p to pr with a manager-wide id, so ids of different senders
+// never collide at the cluster.
+func (m *Manager) send(pr *proc, p *pending) {
+	c := pr.conn.Load()
+	out := ipc.Frame{Op: p.f.Op, Target: p.f.Target, Payload: p.f.Payload}
+	wantsReply := p.origID != "" || p.bc != nil
+	if wantsReply {
+		mid := m.reqSeq.Add(1)
+		p.to.Store(pr)
+		p.mid.Store(mid)
+		m.pmu.Lock()
+		m.pending[mid] = p
+		m.pmu.Unlock()
+		if p.done.Load() {
+			m.forget(p) // the deadline passed while we were registering it
+			return
+		}
+		out.ID = strconv.FormatUint(mid, 36)
+	}
+	if c == nil || c.send(&out) != nil {
+		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d connection lost", pr.cluster))
+		return
+	}
+	if !wantsReply {
+		p.claim() // fire-and-forget: delivered
+	}
+}
+
+func (m *Manager) forget(p *pending) {
+	mid := p.mid.Load()
+	if mid == 0 {
+		return
+	}
+	m.pmu.Lock()
+	if m.pending[mid] == p {
+		delete(m.pending, mid)
+	}
+	m.pmu.Unlock()
+}
+
+// completeReply routes a cluster's REPLY back to the request's sender.
+func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
+	mid, err := strconv.ParseUint(f.ID, 36, 64)
+	var p *pending
+	if err == nil && c.proc != nil {
+		m.pmu.Lock()
+		p = m.pending[mid]
+		// Only the process the request went to may answer it.
+		if p != nil && p.to.Load() == c.proc {
+			delete(m.pending, mid)
+		} else {
+			p = nil
+		}
+		m.pmu.Unlock()
+	}
+	if p == nil {
+		c.replyErr("", ipc.CodeUnknownID, "REPLY for unknown request id %q", f.ID)
+		return
+	}
+	if !p.claim() {
+		return
+	}
+	m.deliver(p, f.Payload, f.Error)
+}
+
+// deliver hands a result to p's sender (or its broadcast).
+func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
+	if p.bc != nil {
+		p.bc.set(p.bcIdx, payload, e)
+		return
+	}
+	if p.origID == "" {
+		return
+	}
+	p.from.send(&ipc.Frame{Op: ipc.OpReply, ID: p.origID, Payload: payload, Error: e})
+}
+
+// fail completes p with an error, once.
+func (m *Manager) fail(p *pending, e *ipc.Error) {
+	if !p.claim() {
+		return
+	}
+	m.forget(p)
+	m.deliver(p, nil, e)
+}
+
+// expire is p's deadline: a forwarded request times out; one still waiting
+// for its cluster is unavailable.
+func (m *Manager) expire(p *pending) {
+	if !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	m.forget(p)
+	if to := p.to.Load(); to != nil {
+		m.deliver(p, nil, ipc.Errorf(ipc.CodeTimeout, "cluster %d did not reply in time", to.cluster))
+		return
+	}
+	m.deliver(p, nil, ipc.Errorf(ipc.CodeUnavailable, "target %q had no ready process before the deadline", p.f.Target))
+}
+
+// failProcPending fails every request forwarded to pr, which is gone: their
+// replies can no longer come, so their senders learn now rather than at the deadline.
+func (m *Manager) failProcPending(pr *proc) {
+	var lost []*pending
+	m.pmu.Lock()
+	for id, p := range m.pending {
+		if p.to.Load() == pr {
+			delete(m.pending, id)
+			lost = append(lost, p)
+		}
+	}
+	m.pmu.Unlock()
+	for _, p := range lost {
+		if p.claim() {
+			m.deliver(p, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d process exited before replying", pr.cluster))
+		}
+	}
+}
+
+func (m *Manager) failAllPending() {
+	m.pmu.Lock()
+	all := m.pending
+	m.pending = make(map[uint64]*pending)
+	m.pmu.Unlock()
+	for _, p := range all {
+		m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))
+	}
+	for _, s := range m.slots {
+		s.mu.Lock()
+		w := s.waiting
+		s.waiting = nil
+		s.mu.Unlock()
+		for _, p := range w {
+			m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))
+		}
+	}
+}
+
+// broadcast sends f to every cluster and answers once with all results. A
+// cluster with no ready process answers unavailable at once rather than
+// holding up the others until the deadline.
+func (m *Manager) broadcast(from *conn, f *ipc.Frame, table *routeTable, timeout time.Duration) {
+	n := len(table.procs)
+	bc := &broadcast{from: from, origID: f.ID, results: make([]bcResult, n), left: n}
+	for i, pr := range table.procs {
+		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, queued: time.Now()}
+		bc.results[i].cluster = i
+		if !pr.usable() {
+			p.done.Store(true)
+			bc.set(i, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i))
+			continue
+		}
+		m.arm(p, timeout)
+		m.send(pr, p)
+	}
+}
+
+func (b *broadcast) set(i int, payload json.RawMessage, e *ipc.Error) {
+	b.mu.Lock()
+	b.results[i].payload, b.results[i].err = payload, e
+	b.left--
+	last := b.left == 0
+	b.mu.Unlock()
+	if last && b.origID != "" {
+		b.from.send(&ipc.Frame{Op: ipc.OpReply, ID: b.origID, Payload: b.encode()})
+	}
+}
+
+// encode renders {"results":[...]} by hand so each payload keeps its bytes.
+func (b *broadcast) encode() json.RawMessage {
+	out := []byte(`{"results":[`)
+	for i, r := range b.results {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"cluster":`...)
+		out = strconv.AppendInt(out, int64(r.cluster), 10)
+		if r.err != nil {
+			e, _ := json.Marshal(r.err)
+			out = append(out, `,"error":`...)
+			out = append(out, e...)
+		} else {
+			out = append(out, `,"payload":`...)
+			if len(r.payload) == 0 {
+				out = append(out, "null"...)
+			} else {
+				out = append(out, r.payload...)
+			}
+		}
+		out = append(out, '}')
+	}
+	return append(out, "]}"...)
+}

@@ -1,0 +1,91 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/sm-supervisor/sm/generation"
+)
+
+// Status is a consistent snapshot of the manager's clusters. It never holds a
+// token, an environment variable or a command line: it is safe to publish.
+type Status struct {
+	Topology generation.Topology `json:"topology"`
+	Clusters []ClusterStatus     `json:"clusters"`
+	At       time.Time           `json:"at"`
+}
+
+// ClusterStatus is one cluster in a Status.
+type ClusterStatus struct {
+	ID          int    `json:"id"`
+	ShardFirst  int    `json:"shard_first"`
+	ShardLast   int    `json:"shard_last"`
+	Generation  int64  `json:"generation"`
+	State       string `json:"state"` // starting, registered, ready, quiescing, stopping, restarting, crash_loop
+	PID         int    `json:"pid,omitempty"`
+	Routed      bool   `json:"routed"`
+	Activated   bool   `json:"activated"`
+	Restarts    int    `json:"restarts"`
+	CrashLoop   bool   `json:"crash_loop"`
+	HeartbeatMS int64  `json:"heartbeat_age_ms"` // -1 when no process
+	// RestartInMS is the wait before the next respawn while restarting.
+	RestartInMS int64           `json:"restart_in_ms,omitempty"`
+	LastExit    string          `json:"last_exit,omitempty"`
+	Waiting     int             `json:"waiting"` // requests queued for the cluster
+	Heartbeat   json.RawMessage `json:"heartbeat,omitempty"`
+}
+
+type evStatus struct{ res chan Status }
+
+func (e evStatus) apply(m *Manager) { e.res <- m.snapshot(time.Now()) }
+
+// Status returns a snapshot taken by the event loop.
+func (m *Manager) Status(ctx context.Context) (Status, error) {
+	res := make(chan Status, 1)
+	select {
+	case m.events <- evStatus{res: res}:
+	case <-m.done:
+		return Status{}, context.Canceled
+	case <-ctx.Done():
+		return Status{}, ctx.Err()
+	}
+	select {
+	case st := <-res:
+		return st, nil
+	case <-ctx.Done():
+		return Status{}, ctx.Err()
+	}
+}
+
+func (m *Manager) snapshot(now time.Time) Status {
+	table := m.routes.Load()
+	st := Status{Topology: table.topo, At: now, Clusters: make([]ClusterStatus, len(m.slots))}
+	for i, s := range m.slots {
+		cs := ClusterStatus{
+			ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
+			Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
+		}
+		s.mu.Lock()
+		cs.Waiting = s.waitingLive()
+		s.mu.Unlock()
+		if p := s.current; p != nil {
+			cs.State = p.state.String()
+			cs.PID = p.pid()
+			cs.Routed = table.procs[i] == p
+			cs.Activated = p.activated
+			cs.HeartbeatMS = now.Sub(p.lastBeat).Milliseconds()
+			cs.Heartbeat = p.beat
+		} else {
+			cs.State = "restarting"
+			if s.hist.CrashLoop {
+				cs.State = "crash_loop"
+			}
+			if !s.restartAt.IsZero() {
+				cs.RestartInMS = max(0, s.restartAt.Sub(now).Milliseconds())
+			}
+		}
+		st.Clusters[i] = cs
+	}
+	return st
+}

@@ -1,0 +1,165 @@
+// Package supervise starts cluster processes in their own process groups, stops
+// them (SIGTERM, grace, SIGKILL, confirmed exit) and decides when a dead one is
+// restarted.
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Spec is what to run: argv, extra environment (KEY=VALUE) and working directory.
+type Spec struct {
+	Argv []string
+	Env  []string
+	Dir  string
+}
+
+// Process is a started cluster process.
+type Process interface {
+	// PID is the process id, which is also its process group id.
+	PID() int
+	// Signal sends sig to the whole process group.
+	Signal(sig syscall.Signal) error
+	// Exited is closed once the kernel has reported the process's exit.
+	Exited() <-chan struct{}
+	// ExitStatus describes how it exited; valid after Exited is closed.
+	ExitStatus() string
+}
+
+// Spawner starts processes. The manager takes one as a field so tests and
+// benchmarks can wrap it.
+type Spawner interface {
+	Spawn(spec Spec) (Process, error)
+}
+
+// ExecSpawner starts real processes with os/exec, each the leader of a new
+// process group so a stop reaches everything it started, and reaps each one.
+type ExecSpawner struct {
+	// Stdout and Stderr receive the children's output; nil means the manager's own.
+	Stdout, Stderr io.Writer
+}
+
+// Spawn starts spec and a goroutine that waits for it.
+func (s ExecSpawner) Spawn(spec Spec) (Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("spawn: empty command")
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Dir = spec.Dir
+	cmd.Stdout, cmd.Stderr = s.Stdout, s.Stderr
+	if cmd.Stdout == nil {
+		cmd.Stdout = os.Stdout
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	// No Pdeathsig: clusters must outlive a manager restart and are re-adopted.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Argv[0], err)
+	}
+	p := &execProcess{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
+	go p.wait()
+	return p, nil
+}
+
+type execProcess struct {
+	cmd    *exec.Cmd
+	pid    int
+	exited chan struct{}
+	status string
+}
+
+func (p *execProcess) wait() {
+	err := p.cmd.Wait()
+	switch {
+	case err == nil:
+		p.status = "exit status 0"
+	default:
+		p.status = err.Error()
+	}
+	// Whatever the leader left behind in its group dies with it: no orphans.
+	syscall.Kill(-p.pid, syscall.SIGKILL)
+	close(p.exited)
+}
+
+func (p *execProcess) PID() int                        { return p.pid }
+func (p *execProcess) Exited() <-chan struct{}         { return p.exited }
+func (p *execProcess) ExitStatus() string              { return p.status }
+func (p *execProcess) Signal(sig syscall.Signal) error { return signalGroup(p.pid, sig, p.exited) }
+
+func signalGroup(pid int, sig syscall.Signal, exited <-chan struct{}) error {
+	select {
+	case <-exited:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to group %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
+// Stop ends p: SIGTERM to its group, then SIGKILL after grace, and returns once
+// the kernel confirms the exit or ctx is done.
+func Stop(ctx context.Context, p Process, grace time.Duration) error {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.Exited():
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-p.Exited():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop pid %d: %w", p.PID(), ctx.Err())
+	}
+}
+
+// ResolveCommand makes argv[0] absolute: a bare name is looked up first beside
+// the manager's own executable (so a release directory works as a unit), then
+// in PATH; a relative path is taken from base.
+func ResolveCommand(argv []string, base string) ([]string, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	out := append([]string(nil), argv...)
+	name := argv[0]
+	switch {
+	case filepath.IsAbs(name):
+	case filepath.Base(name) != name:
+		out[0] = filepath.Join(base, name)
+	default:
+		if self, err := os.Executable(); err == nil {
+			cand := filepath.Join(filepath.Dir(self), name)
+			if st, err := os.Stat(cand); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				out[0] = cand
+				return out, nil
+			}
+		}
+		path, err := exec.LookPath(name)
+		if err != nil {
+			return nil, fmt.Errorf("command %q: %w", name, err)
+		}
+		out[0] = path
+	}
+	return out, nil
+}
