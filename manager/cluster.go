@@ -6,12 +6,14 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/supervise"
 	"github.com/sm-supervisor/sm/unixsock"
@@ -22,7 +24,9 @@ import (
 type slot struct {
 	id          int
 	first, last int
-	gen         int64
+	topo        generation.Topology
+	gen         int64 // the generation its processes run; a respawn keeps it
+	owned       bool  // a deploy is moving this cluster: supervision leaves it alone
 	hist        supervise.History
 	current     *proc // the process supervised for this cluster, nil between restarts
 	restartAt   time.Time
@@ -33,6 +37,14 @@ type slot struct {
 
 	mu      sync.Mutex
 	waiting []*pending // requests that arrived while the cluster had no routed process
+	retired bool       // replaced by a re-clustering: requests go to the new table
+}
+
+// retiredNow reads retired under the lock.
+func (s *slot) retiredNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retired
 }
 
 // waitingLive counts queued requests not yet completed; it drops completed
@@ -69,6 +81,7 @@ func (s procState) String() string {
 type proc struct {
 	seq     uint64
 	cluster int
+	slot    *slot
 	gen     int64
 	token   string
 	process supervise.Process
@@ -76,6 +89,9 @@ type proc struct {
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it
+
+	sendMu     sync.RWMutex // held (read) by every send to the process
+	sendClosed bool         // QUIESCE sent: requests go elsewhere
 
 	// Loop-owned.
 	state     procState
@@ -90,6 +106,10 @@ type proc struct {
 func (p *proc) usable() bool { return p != nil && !p.dead.Load() && p.conn.Load() != nil }
 
 func (p *proc) pid() int { return p.process.PID() }
+
+func (p *proc) ref() generation.ProcRef {
+	return generation.ProcRef{Cluster: p.cluster, Generation: p.gen, Seq: p.seq}
+}
 
 // event is something for the loop to act on.
 type event interface{ apply(m *Manager) }
@@ -123,42 +143,52 @@ type evExit struct{ p *proc }
 
 type evRestart struct{ s *slot }
 
-// spawn starts a new process for s at its generation.
-func (m *Manager) spawn(s *slot) {
-	if m.stopping.Load() {
+// respawn starts the supervised process of s at its generation.
+func (m *Manager) respawn(s *slot) {
+	if m.stopping.Load() || s.owned || s.current != nil {
 		return
 	}
-	token := newToken()
-	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, gen: s.gen, token: token, spawned: time.Now()}
-	topo := m.Topology()
-	env := []string{
-		"SM_SOCKET=" + m.cfg.Socket,
-		"SM_CLUSTER=" + strconv.Itoa(s.id),
-		"SM_GENERATION=" + strconv.FormatInt(s.gen, 10),
-		"SM_SHARD_FIRST=" + strconv.Itoa(s.first),
-		"SM_SHARD_LAST=" + strconv.Itoa(s.last),
-		"SM_TOTAL_SHARDS=" + strconv.Itoa(topo.Total),
-		"SM_TOKEN=" + token,
-	}
-	for k, v := range m.cfg.Cluster.Env {
-		env = append(env, k+"="+v)
-	}
-	process, err := m.spawner.Spawn(supervise.Spec{Argv: m.argv, Env: env, Dir: m.cfg.Cluster.Dir})
+	p, err := m.spawn(s, s.gen)
 	if err != nil {
 		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
 		s.lastExit, s.lastExitAt = err.Error(), time.Now()
 		m.scheduleRestart(s)
 		return
 	}
+	s.current = p
+}
+
+// spawn starts a process for cluster s running generation gen's spec, with
+// the environment of the protocol and a fresh token.
+func (m *Manager) spawn(s *slot, gen int64) (*proc, error) {
+	sp, ok := m.specs[gen]
+	if !ok {
+		return nil, fmt.Errorf("no command known for generation %d", gen)
+	}
+	token := newToken()
+	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, token: token, spawned: time.Now()}
+	env := append([]string{
+		"SM_SOCKET=" + m.cfg.Socket,
+		"SM_CLUSTER=" + strconv.Itoa(s.id),
+		"SM_GENERATION=" + strconv.FormatInt(gen, 10),
+		"SM_SHARD_FIRST=" + strconv.Itoa(s.first),
+		"SM_SHARD_LAST=" + strconv.Itoa(s.last),
+		"SM_TOTAL_SHARDS=" + strconv.Itoa(s.topo.Total),
+		"SM_TOKEN=" + token,
+	}, sp.env...)
+	process, err := m.spawner.Spawn(supervise.Spec{Argv: sp.argv, Env: env, Dir: sp.dir})
+	if err != nil {
+		return nil, err
+	}
 	p.process = process
 	p.lastBeat = p.spawned
-	s.current = p
 	m.procs[p.seq] = p
-	m.log.Info("cluster spawned", "cluster", s.id, "generation", s.gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
+	m.log.Info("cluster spawned", "cluster", s.id, "generation", gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
 	go func() {
 		<-process.Exited()
 		m.post(evExit{p: p})
 	}()
+	return p, nil
 }
 
 func newToken() string {
@@ -183,9 +213,6 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 		return registerResult{err: ipc.Errorf(ipc.CodeBadFrame, "cluster REGISTER needs cluster and generation")}
 	}
 	id, gen := *f.Cluster, *f.Generation
-	if id < 0 || id >= len(m.slots) {
-		return forbidden("cluster %d is not in the topology", id)
-	}
 	var p *proc
 	for _, cand := range m.procs {
 		if cand.cluster == id && cand.gen == gen && subtle.ConstantTimeCompare([]byte(cand.token), []byte(f.Token)) == 1 {
@@ -217,14 +244,14 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 		p.state = procRegistered
 	}
 	p.lastBeat = time.Now()
-	s := m.slots[id]
+	s := p.slot
 	m.log.Info("cluster registered", "cluster", id, "generation", gen, "pid", p.pid(), "conn", c.id)
 	payload, _ := json.Marshal(map[string]any{
 		"cluster":               id,
 		"generation":            gen,
 		"shard_first":           s.first,
 		"shard_last":            s.last,
-		"total_shards":          m.Topology().Total,
+		"total_shards":          s.topo.Total,
 		"active":                p.activated,
 		"heartbeat_interval_ms": m.cfg.Heartbeat.Interval.Milliseconds(),
 		"heartbeat_timeout_ms":  m.cfg.Heartbeat.Timeout.Milliseconds(),
@@ -244,8 +271,11 @@ func (e evHeartbeat) apply(m *Manager) {
 		p.readyAt = e.at
 		m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after", e.at.Sub(p.spawned).Round(time.Millisecond))
 		m.becameReady(p)
+		if m.dep != nil {
+			m.dep.Ready(p.ref())
+		}
 	}
-	s := m.slots[p.cluster]
+	s := p.slot
 	if p.state == procReady && s.current == p && m.policy.Recovered(&s.hist, p.spawned, e.at) {
 		m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
 	}
@@ -254,11 +284,11 @@ func (e evHeartbeat) apply(m *Manager) {
 // becameReady routes a ready process that is its slot's current one and, at
 // first start or after a restart, ACTIVATEs it.
 func (m *Manager) becameReady(p *proc) {
-	s := m.slots[p.cluster]
-	if s.current != p {
+	s := p.slot
+	if s.current != p || s.owned {
 		return
 	}
-	m.setRoute(p.cluster, p)
+	m.setRoute(s, p)
 	m.activate(p)
 }
 
@@ -273,15 +303,15 @@ func (m *Manager) activate(p *proc) {
 	m.log.Info("cluster activated", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 }
 
-// setRoute publishes a routing table with cluster routed to p (nil: none) and,
+// setRoute publishes a routing table with s routed to p (nil: none) and,
 // if p can serve, hands it the requests that waited.
-func (m *Manager) setRoute(cluster int, p *proc) {
-	s := m.slots[cluster]
+func (m *Manager) setRoute(s *slot, p *proc) {
 	s.mu.Lock()
-	old := m.routes.Load()
-	procs := append([]*proc(nil), old.procs...)
-	procs[cluster] = p
-	m.routes.Store(&routeTable{topo: old.topo, procs: procs})
+	if s.retired {
+		s.mu.Unlock()
+		return
+	}
+	m.routes.Store(m.table().with(s.id, p))
 	var waiting []*pending
 	if p.usable() {
 		waiting = s.waiting
@@ -299,6 +329,9 @@ func (e evQuiesced) apply(m *Manager) {
 	if !e.p.quiesced {
 		e.p.quiesced = true
 		m.log.Info("cluster quiesced", "cluster", e.p.cluster, "generation", e.p.gen, "pid", e.p.pid())
+		if m.dep != nil {
+			m.dep.Quiesced(e.p.ref())
+		}
 	}
 }
 
@@ -325,10 +358,16 @@ func (e evDisconnect) apply(m *Manager) {
 // and fails the requests it held.
 func (m *Manager) unroute(p *proc) {
 	p.dead.Store(true)
-	if m.routes.Load().procs[p.cluster] == p {
-		m.setRoute(p.cluster, nil)
+	if m.routedNow(p) {
+		m.setRoute(p.slot, nil)
 	}
 	m.failProcPending(p)
+}
+
+// routedNow reports whether the table in force routes to p.
+func (m *Manager) routedNow(p *proc) bool {
+	t := m.table()
+	return p.cluster < len(t.slots) && t.slots[p.cluster] == p.slot && t.procs[p.cluster] == p
 }
 
 func (e evExit) apply(m *Manager) {
@@ -341,15 +380,18 @@ func (e evExit) apply(m *Manager) {
 		p.conn.Store(nil)
 	}
 	m.unroute(p)
-	s := m.slots[p.cluster]
+	s := p.slot
 	status := p.process.ExitStatus()
-	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", wasStopping && m.stopping.Load())
+	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", wasStopping)
+	if m.dep != nil {
+		m.dep.Exited(p.ref())
+	}
 	if s.current != p {
 		return
 	}
 	s.current = nil
 	s.lastExit, s.lastExitAt = status, time.Now()
-	if m.stopping.Load() {
+	if m.stopping.Load() || s.owned || s.retiredNow() {
 		return
 	}
 	m.scheduleRestart(s)
@@ -372,8 +414,8 @@ func (m *Manager) scheduleRestart(s *slot) {
 func (e evRestart) apply(m *Manager) {
 	s := e.s
 	s.restartTmr = nil
-	if s.current == nil {
-		m.spawn(s)
+	if !s.retiredNow() {
+		m.respawn(s)
 	}
 }
 
@@ -422,13 +464,26 @@ func (m *Manager) stop(p *proc, reason string) {
 // stopConfirmWait is how long after SIGKILL a stop waits for the kernel.
 const stopConfirmWait = 10 * time.Second
 
+// ErrNotConnected means a process has no live connection to the manager.
+var ErrNotConnected = errors.New("process is not connected")
+
 // quiesce asks p to finish its work and exit.
 func (m *Manager) quiesce(p *proc) {
 	if p.state >= procQuiescing {
 		return
 	}
+	if m.routedNow(p) {
+		m.setRoute(p.slot, nil)
+	}
 	c := p.conn.Load()
-	if c == nil || c.send(&ipc.Frame{Op: ipc.OpQuiesce}) != nil {
+	p.sendMu.Lock()
+	p.sendClosed = true
+	err := ErrNotConnected
+	if c != nil {
+		err = c.send(&ipc.Frame{Op: ipc.OpQuiesce})
+	}
+	p.sendMu.Unlock()
+	if err != nil {
 		m.stop(p, "quiesce: not connected")
 		return
 	}
@@ -440,7 +495,10 @@ func (m *Manager) quiesce(p *proc) {
 // shutdown.timeout, stops the rest, and waits for the kernel to confirm.
 func (m *Manager) shutdown() {
 	m.log.Info("shutting down: quiescing clusters", "processes", len(m.procs))
-	for _, s := range m.slots {
+	if m.dep != nil && !m.dep.Done() {
+		m.dep.Abort("manager shutting down")
+	}
+	for _, s := range m.table().slots {
 		if s.restartTmr != nil {
 			s.restartTmr.Stop()
 		}
@@ -480,13 +538,4 @@ func (m *Manager) shutdown() {
 		}
 	}
 	m.log.Info("all clusters stopped")
-}
-
-// deploy is the DEPLOY op. Rolling deploys arrive with the generation machine.
-func (m *Manager) deploy(c *conn, f *ipc.Frame) {
-	if c.proc != nil {
-		c.replyErr(f.ID, ipc.CodeForbidden, "DEPLOY is for client connections")
-		return
-	}
-	c.replyErr(f.ID, ipc.CodeUnavailable, "deploys are not available in this build")
 }

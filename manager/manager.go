@@ -42,7 +42,6 @@ type Options struct {
 // Manager supervises the clusters of one bot and routes their messages.
 type Manager struct {
 	cfg     *config.Config
-	argv    []string
 	spawner supervise.Spawner
 	log     *slog.Logger
 	rand    func() float64
@@ -50,8 +49,8 @@ type Manager struct {
 	connOpt ipc.Options
 	uids    map[int]bool
 
+	// routes is the routing table in force, with the slots of its topology.
 	routes atomic.Pointer[routeTable]
-	slots  []*slot // fixed for the topology in force
 
 	events chan event
 	done   chan struct{} // closed when Run has finished with the event loop
@@ -69,8 +68,14 @@ type Manager struct {
 	stopping atomic.Bool // set once shutdown starts: new requests are refused
 
 	// Loop-owned.
-	procs  map[uint64]*proc // every process not yet confirmed exited
-	stopWG sync.WaitGroup   // goroutines stopping processes
+	procs     map[uint64]*proc   // every process not yet confirmed exited
+	specs     map[int64]spec     // what each generation runs
+	gen       int64              // the newest generation
+	stopWG    sync.WaitGroup     // goroutines stopping processes
+	dep       *generation.Deploy // the running or last deploy
+	depCfg    *config.Config     // the config the running deploy was made from
+	depLogged *generation.Deploy // the deploy whose end was logged
+	next      *routeTable        // the table a re-clustering deploy is building
 }
 
 // New validates opts and returns a manager ready to Run.
@@ -79,17 +84,14 @@ func New(opts Options) (*Manager, error) {
 	if cfg == nil {
 		return nil, errors.New("manager: no config")
 	}
-	base := "."
-	if cfg.Path != "" {
-		base = filepath.Dir(cfg.Path)
-	}
-	argv, err := supervise.ResolveCommand(cfg.Cluster.Command, base)
+	sp, err := specOf(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("manager: cluster.command: %w", err)
+		return nil, fmt.Errorf("manager: %w", err)
 	}
 	m := &Manager{
 		cfg:     cfg,
-		argv:    argv,
+		specs:   map[int64]spec{1: sp},
+		gen:     1,
 		spawner: opts.Spawner,
 		log:     opts.Logger,
 		rand:    opts.Rand,
@@ -128,13 +130,32 @@ func New(opts Options) (*Manager, error) {
 	if err := topo.Validate(); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	m.slots = make([]*slot, topo.Clusters())
-	for i := range m.slots {
-		first, last := topo.Range(i)
-		m.slots[i] = &slot{id: i, first: first, last: last, gen: 1}
-	}
-	m.routes.Store(&routeTable{topo: topo, procs: make([]*proc, len(m.slots))})
+	m.routes.Store(newRouteTable(topo, 1))
 	return m, nil
+}
+
+// spec is what a generation's processes run.
+type spec struct {
+	argv []string
+	env  []string
+	dir  string
+}
+
+// specOf resolves the cluster command of cfg.
+func specOf(cfg *config.Config) (spec, error) {
+	base := "."
+	if cfg.Path != "" {
+		base = filepath.Dir(cfg.Path)
+	}
+	argv, err := supervise.ResolveCommand(cfg.Cluster.Command, base)
+	if err != nil {
+		return spec{}, fmt.Errorf("cluster.command: %w", err)
+	}
+	sp := spec{argv: argv, dir: cfg.Cluster.Dir}
+	for k, v := range cfg.Cluster.Env {
+		sp.env = append(sp.env, k+"="+v)
+	}
+	return sp, nil
 }
 
 // allowedUIDs is the set of peer uids the socket accepts: the configured list,
@@ -159,8 +180,8 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 		defer close(acceptDone)
 		m.accept(ln)
 	}()
-	for _, s := range m.slots {
-		m.spawn(s)
+	for _, s := range m.table().slots {
+		m.respawn(s)
 	}
 	m.loop(ctx)
 	m.stopping.Store(true)
@@ -183,8 +204,13 @@ func (m *Manager) loop(ctx context.Context) {
 		select {
 		case ev := <-m.events:
 			ev.apply(m)
+			m.deployProgress()
 		case now := <-tick.C:
 			m.checkHeartbeats(now)
+			if m.dep != nil && !m.dep.Done() {
+				m.dep.Tick()
+				m.deployProgress()
+			}
 		case <-ctx.Done():
 			return
 		}
@@ -261,6 +287,7 @@ func (m *Manager) closeConns() {
 	}
 }
 
-
 // Topology returns the shard topology in force.
-func (m *Manager) Topology() generation.Topology { return m.routes.Load().topo }
+func (m *Manager) Topology() generation.Topology { return m.table().topo }
+
+func (m *Manager) table() *routeTable { return m.routes.Load() }

@@ -13,10 +13,28 @@ import (
 )
 
 // routeTable is an immutable snapshot of who serves each cluster; the loop
-// publishes a new one whenever routing changes.
+// publishes a new one whenever routing changes. Its slots are those of its
+// topology: a re-clustering deploy publishes a table with new slots.
 type routeTable struct {
 	topo  generation.Topology
 	procs []*proc // routed process per cluster, nil while it has none
+	slots []*slot
+}
+
+func newRouteTable(topo generation.Topology, gen int64) *routeTable {
+	t := &routeTable{topo: topo, procs: make([]*proc, topo.Clusters()), slots: make([]*slot, topo.Clusters())}
+	for i := range t.slots {
+		first, last := topo.Range(i)
+		t.slots[i] = &slot{id: i, first: first, last: last, gen: gen, topo: topo}
+	}
+	return t
+}
+
+// with returns a copy of t with cluster routed to p (nil: none).
+func (t *routeTable) with(cluster int, p *proc) *routeTable {
+	procs := append([]*proc(nil), t.procs...)
+	procs[cluster] = p
+	return &routeTable{topo: t.topo, procs: procs, slots: t.slots}
 }
 
 // pending is one request on its way: waiting for its cluster, or forwarded and
@@ -25,11 +43,12 @@ type pending struct {
 	mid    atomic.Uint64 // the id the cluster sees, once forwarded
 	from   *conn
 	origID string
-	f      *ipc.Frame            // the request (op, target, payload)
+	f      *ipc.Frame           // the request (op, target, payload)
 	to     atomic.Pointer[proc] // set once forwarded
 	timer  *time.Timer
 	bc     *broadcast
-	bcIdx  int
+	bcIdx  int                 // the cluster, for a part of a broadcast
+	topo   generation.Topology // the topology bcIdx is of
 	done   atomic.Bool
 	queued time.Time
 }
@@ -92,7 +111,27 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 	}
 	p := &pending{from: from, origID: f.ID, f: f, queued: time.Now()}
 	m.arm(p, timeout)
-	m.dispatch(cluster, p)
+	m.dispatch(table, cluster, p)
+}
+
+// redispatch routes a request that waited in a slot retired by re-clustering
+// again, by its target, under the table in force now.
+func (m *Manager) redispatch(p *pending) {
+	table := m.table()
+	if p.bc != nil {
+		if table.topo != p.topo {
+			m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d was re-clustered away", p.bcIdx))
+			return
+		}
+		m.dispatch(table, p.bcIdx, p)
+		return
+	}
+	cluster, err := table.topo.Resolve(p.f.Target)
+	if err != nil || cluster == generation.All {
+		m.fail(p, ipc.Errorf(ipc.CodeUnknownTarget, "target %q is not in the new topology", p.f.Target))
+		return
+	}
+	m.dispatch(table, cluster, p)
 }
 
 // arm starts p's deadline.
@@ -102,14 +141,20 @@ func (m *Manager) arm(p *pending, timeout time.Duration) {
 
 // dispatch sends p to cluster's routed process or, while it has none, queues
 // it (bounded by limits.max_waiting and by p's deadline).
-func (m *Manager) dispatch(cluster int, p *pending) {
-	if pr := m.routes.Load().procs[cluster]; pr.usable() {
+func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
+	if pr := table.procs[cluster]; pr.usable() {
 		m.send(pr, p)
 		return
 	}
-	s := m.slots[cluster]
+	s := table.slots[cluster]
 	s.mu.Lock()
-	if pr := m.routes.Load().procs[cluster]; pr.usable() {
+	if s.retired {
+		s.mu.Unlock()
+		m.redispatch(p)
+		return
+	}
+	// Routing changes are published under the slot's lock, so this look is final.
+	if pr := m.table().procs[cluster]; pr.usable() {
 		s.mu.Unlock()
 		m.send(pr, p)
 		return
@@ -126,6 +171,14 @@ func (m *Manager) dispatch(cluster int, p *pending) {
 // send forwards p to pr with a manager-wide id, so ids of different senders
 // never collide at the cluster.
 func (m *Manager) send(pr *proc, p *pending) {
+	// The read lock orders this send before a QUIESCE of pr: a request never
+	// reaches a process after it was told to stop taking work.
+	pr.sendMu.RLock()
+	defer pr.sendMu.RUnlock()
+	if pr.sendClosed {
+		defer m.redispatch(p) // after RUnlock: routing has moved on
+		return
+	}
 	c := pr.conn.Load()
 	out := ipc.Frame{Op: p.f.Op, Target: p.f.Target, Payload: p.f.Payload}
 	wantsReply := p.origID != "" || p.bc != nil
@@ -250,7 +303,7 @@ func (m *Manager) failAllPending() {
 	for _, p := range all {
 		m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))
 	}
-	for _, s := range m.slots {
+	for _, s := range m.table().slots {
 		s.mu.Lock()
 		w := s.waiting
 		s.waiting = nil
@@ -268,7 +321,7 @@ func (m *Manager) broadcast(from *conn, f *ipc.Frame, table *routeTable, timeout
 	n := len(table.procs)
 	bc := &broadcast{from: from, origID: f.ID, results: make([]bcResult, n), left: n}
 	for i, pr := range table.procs {
-		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, queued: time.Now()}
+		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, topo: table.topo, queued: time.Now()}
 		bc.results[i].cluster = i
 		if !pr.usable() {
 			p.done.Store(true)

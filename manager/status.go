@@ -13,7 +13,11 @@ import (
 type Status struct {
 	Topology generation.Topology `json:"topology"`
 	Clusters []ClusterStatus     `json:"clusters"`
-	At       time.Time           `json:"at"`
+	// Generation is the newest generation: the one the last deploy started.
+	Generation int64 `json:"generation"`
+	// Deploy is the running or last deploy, if any.
+	Deploy *generation.Status `json:"deploy,omitempty"`
+	At     time.Time          `json:"at"`
 }
 
 // ClusterStatus is one cluster in a Status.
@@ -59,9 +63,13 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 }
 
 func (m *Manager) snapshot(now time.Time) Status {
-	table := m.routes.Load()
-	st := Status{Topology: table.topo, At: now, Clusters: make([]ClusterStatus, len(m.slots))}
-	for i, s := range m.slots {
+	table := m.table()
+	st := Status{Topology: table.topo, At: now, Generation: m.gen, Clusters: make([]ClusterStatus, len(table.slots))}
+	if m.dep != nil {
+		ds := m.dep.Status()
+		st.Deploy = &ds
+	}
+	for i, s := range table.slots {
 		cs := ClusterStatus{
 			ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
 			Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
