@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sm-supervisor/sm/harness/harnesstest"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// botArg, as the first argument, makes the test binary play harnesstest.Bot:
+// the child the built cluster-harness runs in --exec tests.
+const botArg = "harnesstest-bot"
+
+// binary is cluster-harness, built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == botArg {
+		os.Exit(harnesstest.Bot(os.Stdin, os.Stdout, os.Getenv))
+	}
+	dir, err := os.MkdirTemp("", "cluster-harness-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "cluster-harness")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build cluster-harness:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	// Race-built processes sleep a second at exit by default; these exit often.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
+}
+
+const wait = 5 * time.Second
+
+// harnessProc is a running cluster-harness binary.
+type harnessProc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+	err    error
+}
+
+// startHarness runs the binary as cluster 1 generation 3 (shards 2..3 of 4)
+// of m, with extra environment variables and args.
+func startHarness(t *testing.T, m *harnesstest.Manager, env []string, args ...string) *harnessProc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(),
+		"SM_SOCKET="+m.Path, "SM_CLUSTER=1", "SM_GENERATION=3",
+		"SM_SHARD_FIRST=2", "SM_SHARD_LAST=3", "SM_TOTAL_SHARDS=4", "SM_TOKEN=secret-"+t.Name())
+	cmd.Env = append(cmd.Env, env...)
+	p := &harnessProc{cmd: cmd, stderr: new(bytes.Buffer), done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	cmd.WaitDelay = time.Second // a stray grandchild must not hold Wait on stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("cluster-harness stderr:\n%s", p.stderr)
+		}
+	})
+	return p
+}
+
+// exitCode waits for the process and returns its exit status.
+func (p *harnessProc) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		t.Fatalf("cluster-harness did not exit within %v", wait)
+	}
+	var ee *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0
+	case errors.As(p.err, &ee):
+		return ee.ExitCode()
+	default:
+		t.Fatalf("wait: %v", p.err)
+		return -1
+	}
+}
+
+func request(t *testing.T, c *harnesstest.Conn, id, raw string) *ipc.Frame {
+	t.Helper()
+	c.Send(raw)
+	return c.ExpectReply(wait, id)
+}
+
+func TestExecBridge(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	p := startHarness(t, m, nil, "--exec", "--", os.Args[0], botArg)
+	c := m.Accept(wait)
+	if c.Register.Token != "secret-"+t.Name() || *c.Register.Cluster != 1 || *c.Register.Generation != 3 || c.Register.PID != p.cmd.Process.Pid {
+		t.Fatalf("REGISTER = %s", ipc.Encode(c.Register))
+	}
+	c.ExpectOp(wait, ipc.OpHeartbeat)
+
+	if r := request(t, c, "e", `{"op":"echo","id":"e","payload":{"a": [1, 2]}}`); string(r.Payload) != `{"a": [1, 2]}` {
+		t.Errorf("echo → %s", ipc.Encode(r))
+	}
+	// The child sees its cluster but never the token.
+	if r := request(t, c, "env", `{"op":"env","id":"env"}`); string(r.Payload) != `{"cluster":"1","token":""}` {
+		t.Errorf("child's environment: %s", r.Payload)
+	}
+
+	c.Send(`{"op":"QUIESCE"}`)
+	c.ExpectOp(wait, ipc.OpQuiesced)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit status %d after the child quiesced", code)
+	}
+}
+
+func TestExecPassesChildStatus(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	p := startHarness(t, m, nil, "--exec", "--", "sh", "-c", "echo from-child >&2; exit 4")
+	if code := p.exitCode(t); code != 4 {
+		t.Fatalf("exit status %d, want the child's 4", code)
+	}
+	if !strings.Contains(p.stderr.String(), "from-child") {
+		t.Errorf("child's stderr did not pass through: %s", p.stderr)
+	}
+}
+
+func TestSimulateSIGTERMQuiesces(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 50})
+	p := startHarness(t, m, nil, "--connect-delay=0", "--log-format=json")
+	c := m.Accept(wait)
+	c.Expect(wait, "HEARTBEAT ready:true", func(f *ipc.Frame) bool { return f.Op == ipc.OpHeartbeat && *f.Ready })
+	if r := request(t, c, "p", `{"op":"ping","id":"p"}`); !bytes.Contains(r.Payload, []byte(`"pong":true`)) {
+		t.Fatalf("ping → %s", ipc.Encode(r))
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	c.ExpectOp(wait, ipc.OpQuiesced)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM", code)
+	}
+	if !strings.Contains(p.stderr.String(), `"cluster":1,"generation":3`) {
+		t.Errorf("JSON logs lack cluster and generation keys: %s", p.stderr)
+	}
+}
+
+func TestEnvFlags(t *testing.T) {
+	t.Parallel()
+	t.Run("exit-on-start", func(t *testing.T) {
+		t.Parallel()
+		m := harnesstest.Start(t, harnesstest.Options{})
+		p := startHarness(t, m, []string{"SM_HARNESS_FLAGS=--exit-on-start 7"})
+		if code := p.exitCode(t); code != 7 {
+			t.Fatalf("exit status %d, want 7", code)
+		}
+	})
+	t.Run("crash-after for this cluster only", func(t *testing.T) {
+		t.Parallel()
+		m := harnesstest.Start(t, harnesstest.Options{})
+		p := startHarness(t, m, []string{"SM_HARNESS_FLAGS_1=--crash-after 100ms", "SM_HARNESS_FLAGS_0=--exit-on-start 9"})
+		if code := p.exitCode(t); code != 3 {
+			t.Fatalf("exit status %d, want 3", code)
+		}
+	})
+}
+
+func TestFailuresExitNonZero(t *testing.T) {
+	t.Parallel()
+	t.Run("register refused", func(t *testing.T) {
+		t.Parallel()
+		m := harnesstest.Start(t, harnesstest.Options{Register: harnesstest.Refusing(ipc.CodeForbidden)})
+		p := startHarness(t, m, nil)
+		if code := p.exitCode(t); code != 1 {
+			t.Fatalf("exit status %d, want 1", code)
+		}
+		if !strings.Contains(p.stderr.String(), "register refused") {
+			t.Errorf("stderr does not say why: %s", p.stderr)
+		}
+	})
+	t.Run("bad environment", func(t *testing.T) {
+		t.Parallel()
+		m := harnesstest.Start(t, harnesstest.Options{})
+		p := startHarness(t, m, []string{"SM_TOTAL_SHARDS=x"})
+		if code := p.exitCode(t); code != 1 {
+			t.Fatalf("exit status %d, want 1", code)
+		}
+	})
+	t.Run("ignore-quiesce needs SIGKILL", func(t *testing.T) {
+		t.Parallel()
+		m := harnesstest.Start(t, harnesstest.Options{})
+		p := startHarness(t, m, nil, "--ignore-quiesce", "--connect-delay=0")
+		c := m.Accept(wait)
+		c.Send(`{"op":"QUIESCE"}`)
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if r := request(t, c, "p", `{"op":"ping","id":"p"}`); r.Error != nil {
+			t.Fatalf("ping after QUIESCE and SIGTERM: %v", r.Error)
+		}
+		p.cmd.Process.Kill()
+		if code := p.exitCode(t); code != -1 {
+			t.Fatalf("exit status %d, want death by SIGKILL", code)
+		}
+	})
+}
+
+func TestExecChildDiesWithHarness(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startHarness(t, m, nil, "--exec", "--", "sh", "-c", `echo $$ > "$0"; exec sleep 30`, pidFile)
+	m.Accept(wait)
+	var pid string
+	for deadline := time.Now().Add(wait); pid == ""; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+		if time.Now().After(deadline) {
+			t.Fatal("the child never wrote its pid")
+		}
+	}
+	p.cmd.Process.Kill() // the harness alone, as a careless supervisor would
+	p.exitCode(t)
+	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		// Gone, or a zombie waiting for init to reap it.
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(atoi(t, pid), syscall.SIGKILL)
+			t.Fatalf("child %s outlived the harness: %s", pid, stat)
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,69 @@
+package harnesstest
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"strings"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// Business ops Bot answers, besides echo.
+const (
+	// BotOpEnv answers {"token":$SM_TOKEN,"cluster":$SM_CLUSTER}: proof of what
+	// the bridge let through to its child.
+	BotOpEnv = "env"
+	// BotOpNoise prints a line that is not JSON and a line of over 1 MiB, then
+	// answers {"ok":true}: proof that the bridge drops bad lines and goes on.
+	BotOpNoise = "noise"
+	// BotOpExit exits with the code in its payload ({"code":N}) without a reply.
+	BotOpExit = "exit"
+)
+
+// Bot is the smallest bot the exec bridge can run, for tests that re-exec
+// their binary as the child: it reads frames as lines on in and writes frames
+// as lines to out. On REGISTERED it heartbeats ready with the registration as
+// payload; it answers echo (payload unchanged) and the BotOp* ops; on QUIESCE
+// it writes QUIESCED and returns 0. It returns the process's exit code.
+func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
+	w := bufio.NewWriter(out)
+	emit := func(f *ipc.Frame) {
+		w.Write(append(ipc.AppendFrame(nil, f), '\n'))
+		w.Flush()
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		f, err := ipc.Decode(sc.Bytes())
+		if err != nil {
+			continue
+		}
+		switch f.Op {
+		case "REGISTERED":
+			emit(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true), Payload: f.Payload})
+		case ipc.OpQuiesce:
+			emit(&ipc.Frame{Op: ipc.OpQuiesced})
+			return 0
+		case ipc.OpActivate, ipc.OpReply:
+		case "echo":
+			emit(ipc.Reply(f.ID, f.Payload))
+		case BotOpEnv:
+			b, _ := json.Marshal(map[string]string{"token": getenv("SM_TOKEN"), "cluster": getenv("SM_CLUSTER")})
+			emit(ipc.Reply(f.ID, b))
+		case BotOpNoise:
+			w.WriteString("this is not a frame\n")
+			w.WriteString(`{"op":"REPLY","id":"` + f.ID + `","payload":"` + strings.Repeat("x", 1<<20+1) + "\"}\n")
+			emit(ipc.Reply(f.ID, json.RawMessage(`{"ok":true}`)))
+		case BotOpExit:
+			var p struct{ Code int }
+			json.Unmarshal(f.Payload, &p)
+			return p.Code
+		default:
+			if f.ID != "" {
+				emit(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeUnknownOp, "bot does not know %q", f.Op)))
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,316 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// sim is the simulated bot. One loop goroutine owns the timers (shards
+// connecting, heartbeats, gateway events, injected failures, shutdown); the
+// client's read goroutine and one goroutine per business op share simState.
+type sim struct {
+	env   Env
+	opts  SimOptions
+	log   *slog.Logger
+	now   func() time.Time
+	start time.Time
+	pid   int
+
+	client     *ipc.Client
+	registered chan *ipc.Frame // the latest REGISTER reply, for the loop
+	quiesce    chan struct{}   // closed by the first QUIESCE
+	closeOnce  sync.Once
+
+	opCtx context.Context // cancelled when the sim stops: cuts --op-delay short
+	ops   sync.WaitGroup  // business ops in flight; Add only under mu while !quiescing
+
+	mu sync.Mutex
+	st simState
+}
+
+// runSim runs the simulated bot until it has quiesced, crashed on purpose, its
+// registration is refused or ctx is done.
+func runSim(ctx context.Context, cfg Config) error {
+	opCtx, cancelOps := context.WithCancel(context.Background())
+	s := &sim{
+		env:        cfg.Env,
+		opts:       cfg.Sim,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		start:      cfg.Now(),
+		pid:        os.Getpid(),
+		registered: make(chan *ipc.Frame, 1),
+		quiesce:    make(chan struct{}),
+		opCtx:      opCtx,
+	}
+	s.client = newClient(cfg, cfg.Logger, s.handle, func(_ *ipc.Client, reply *ipc.Frame) { offer(s.registered, reply) })
+
+	clientCtx, stopClient := context.WithCancel(ctx)
+	clientDone := make(chan struct{})
+	var clientErr error
+	go func() { clientErr = s.client.Run(clientCtx); close(clientDone) }()
+
+	err := s.loop(ctx, cfg, clientDone, &clientErr)
+
+	// Refuse new ops before waiting for the old: Add must not race Wait.
+	s.mu.Lock()
+	s.st.quiescing = true
+	s.mu.Unlock()
+	cancelOps()
+	s.ops.Wait()
+	stopClient()
+	<-clientDone
+	return err
+}
+
+// loop is the bot's life, one timer or message at a time.
+func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, clientErr *error) error {
+	n := s.env.Shards()
+	goal := connectGoal(n, s.opts.FailReady)
+
+	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
+	defer heartbeat.Stop()
+	connectTimer := time.NewTimer(s.opts.ConnectDelay)
+	defer connectTimer.Stop()
+	connect := connectTimer.C
+	if goal == 0 {
+		connect = nil
+	}
+	var events <-chan time.Time
+	if s.opts.EventInterval > 0 {
+		ticker := time.NewTicker(s.opts.EventInterval)
+		defer ticker.Stop()
+		events = ticker.C
+	}
+	crash := after(s.opts.CrashAfter)
+	hang := after(s.opts.HangAfter)
+
+	quiesce := s.quiesce
+	var (
+		drained  chan struct{}    // closed once in-flight ops are done, while quiescing
+		deadline <-chan time.Time // bound on the drain after a signal
+	)
+	startQuiesce := func(why string, bounded bool) {
+		if drained == nil {
+			s.mu.Lock()
+			s.st.quiescing = true
+			inFlight := s.st.inFlight
+			s.mu.Unlock()
+			s.log.Info("quiescing: refusing new ops, finishing in-flight ones", "why", why, "in_flight", inFlight)
+			d := make(chan struct{})
+			go func() { s.ops.Wait(); close(d) }()
+			drained = d
+			quiesce = nil
+		}
+		if bounded && deadline == nil {
+			deadline = time.After(cfg.ShutdownTimeout)
+		}
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+
+		case <-clientDone:
+			// With Reconnect set, the client ends before ctx only when refused.
+			return *clientErr
+
+		case reply := <-s.registered:
+			reg := logRegistration(s.log, s.env, reply)
+			heartbeat.Reset(reg.HeartbeatInterval(s.opts.HeartbeatInterval))
+			s.heartbeat()
+
+		case <-heartbeat.C:
+			s.heartbeat()
+
+		case <-connect:
+			s.mu.Lock()
+			s.st.connected++
+			connected := s.st.connected
+			s.mu.Unlock()
+			s.log.Debug("shard connected", "shard", s.env.ShardFirst+connected-1)
+			if connected < goal {
+				connectTimer.Reset(s.opts.ConnectDelay)
+			} else {
+				connect = nil
+			}
+			if isReady(connected, n) {
+				s.log.Info("all shards connected: ready", "shards", n)
+				s.heartbeat() // at once, so a deploy need not wait an interval
+			}
+
+		case <-events:
+			s.mu.Lock()
+			if !s.st.hung {
+				s.st.gatewayEvent(s.opts.EventBuffer)
+			}
+			s.mu.Unlock()
+
+		case <-crash:
+			s.log.Error("simulated crash (--crash-after)", "exit_code", CrashExitCode)
+			return &ExitError{Code: CrashExitCode, Reason: "simulated crash (--crash-after)"}
+
+		case <-hang:
+			s.mu.Lock()
+			s.st.hung = true
+			s.mu.Unlock()
+			s.log.Warn("simulated hang (--hang-after): no more heartbeats or answers")
+			hang = nil
+
+		case <-quiesce:
+			startQuiesce(ipc.OpQuiesce, false)
+
+		case sig := <-cfg.Signals:
+			s.mu.Lock()
+			hung := s.st.hung
+			s.mu.Unlock()
+			switch {
+			case hung:
+				// A hung process cannot run its handler; the signal kills it.
+				return &ExitError{Code: signalExitCode(sig), Reason: "hung process got " + sig.String()}
+			case s.opts.IgnoreQuiesce:
+				s.log.Warn("ignoring signal (--ignore-quiesce)", "signal", sig.String())
+			default:
+				startQuiesce(sig.String(), true)
+			}
+
+		case <-drained:
+			if err := sendAndFlush(s.client, &ipc.Frame{Op: ipc.OpQuiesced}); err != nil {
+				s.log.Warn("QUIESCED may not have reached the manager", "err", err)
+			}
+			s.log.Info("quiesced: exiting")
+			return nil
+
+		case <-deadline:
+			s.mu.Lock()
+			inFlight := s.st.inFlight
+			s.mu.Unlock()
+			s.log.Warn("shutdown timeout: abandoning in-flight ops", "in_flight", inFlight, "timeout", cfg.ShutdownTimeout)
+			return nil
+		}
+	}
+}
+
+// heartbeat sends HEARTBEAT with the current stats, unless the bot is hung.
+func (s *sim) heartbeat() {
+	s.mu.Lock()
+	st := s.st
+	s.mu.Unlock()
+	if st.hung {
+		return
+	}
+	payload, err := json.Marshal(buildStats(s.env, st, s.now().Sub(s.start), memoryBytes()))
+	if err != nil {
+		s.log.Error("encode heartbeat", "err", err)
+		return
+	}
+	f := &ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(isReady(st.connected, s.env.Shards())), Payload: payload}
+	if err := s.client.Send(f); err != nil {
+		s.log.Debug("heartbeat not sent", "err", err)
+	}
+}
+
+// stats is the bot's current Stats.
+func (s *sim) stats() Stats {
+	s.mu.Lock()
+	st := s.st
+	s.mu.Unlock()
+	return buildStats(s.env, st, s.now().Sub(s.start), memoryBytes())
+}
+
+// handle receives every frame from the manager on the client's read goroutine,
+// so it never blocks: business ops run in their own goroutines.
+func (s *sim) handle(c *ipc.Client, f *ipc.Frame) {
+	s.mu.Lock()
+	hung := s.st.hung
+	s.mu.Unlock()
+	if hung {
+		return // a hung process reads nothing and answers nothing
+	}
+	switch f.Op {
+	case ipc.OpReply:
+		s.log.Debug("dropped a REPLY to no request of ours", "id", f.ID)
+	case ipc.OpActivate:
+		s.mu.Lock()
+		flushed := s.st.activate()
+		s.mu.Unlock()
+		if flushed >= 0 {
+			s.log.Info("activated: dispatching gateway events", "flushed", flushed)
+		}
+	case ipc.OpQuiesce:
+		if s.opts.IgnoreQuiesce {
+			s.log.Warn("ignoring QUIESCE (--ignore-quiesce)")
+			return
+		}
+		// Refuse at once: the next frame on this goroutine may be a new op.
+		s.mu.Lock()
+		s.st.quiescing = true
+		s.mu.Unlock()
+		s.closeOnce.Do(func() { close(s.quiesce) })
+	case ipc.OpRegister, ipc.OpHeartbeat, ipc.OpQuiesced, ipc.OpDeploy:
+		s.reply(c, f, nil, ipc.Errorf(ipc.CodeUnknownOp, "%s is for the manager, not a cluster", f.Op))
+	default:
+		s.serve(c, f)
+	}
+}
+
+// serve runs one business op in its own goroutine, unless the bot is quiescing.
+func (s *sim) serve(c *ipc.Client, f *ipc.Frame) {
+	s.mu.Lock()
+	if s.st.quiescing {
+		s.mu.Unlock()
+		s.reply(c, f, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d generation %d is quiescing", s.env.Cluster, s.env.Generation))
+		return
+	}
+	s.st.inFlight++
+	s.ops.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.ops.Done() // after the reply: QUIESCED must follow every reply
+		payload, perr := s.work(f)
+		s.mu.Lock()
+		s.st.inFlight--
+		s.st.requestsHandled++
+		hung := s.st.hung
+		s.mu.Unlock()
+		if !hung {
+			s.reply(c, f, payload, perr)
+		}
+	}()
+}
+
+// work is the op itself, taking --op-delay unless the bot is stopping.
+func (s *sim) work(f *ipc.Frame) (json.RawMessage, *ipc.Error) {
+	if s.opts.OpDelay > 0 {
+		t := time.NewTimer(s.opts.OpDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.opCtx.Done():
+			return nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is shutting down", s.env.Cluster)
+		}
+	}
+	return answer(s.env, s.pid, f, s.stats)
+}
+
+// reply answers f if it asked for an answer.
+func (s *sim) reply(c *ipc.Client, f *ipc.Frame, payload json.RawMessage, perr *ipc.Error) {
+	if err := c.Reply(f.ID, payload, perr); err != nil {
+		s.log.Warn("reply not sent", "op", f.Op, "id", f.ID, "err", err)
+	}
+}
+
+// after is time.After for d > 0, and a channel that never fires otherwise.
+func after(d time.Duration) <-chan time.Time {
+	if d <= 0 {
+		return nil
+	}
+	return time.After(d)
+}

@@ -1,0 +1,385 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sm-supervisor/sm/harness/harnesstest"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+const wait = 5 * time.Second // generous bound on things that take milliseconds
+
+// running is a harness Run going on in the test process.
+type running struct {
+	done    chan error
+	cancel  context.CancelFunc
+	signals chan os.Signal
+}
+
+// start runs the harness in-process against m, as cluster 1 generation 7 with
+// shards 4..6 of 8, with args as its command line.
+func start(t *testing.T, m *harnesstest.Manager, args ...string) *running {
+	t.Helper()
+	env := goodEnv()
+	env[EnvSocket] = m.Path
+	env[EnvToken] = "tok-" + t.Name()
+	cfg, err := ParseArgs("cluster-harness", args, mapEnv(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = NewLogger(t.Output(), "text", slog.LevelDebug, cfg.Env)
+	cfg.Stderr = t.Output()
+	cfg.Backoff.Min, cfg.Backoff.Max = 10*time.Millisecond, 50*time.Millisecond
+	r := &running{done: make(chan error, 1), signals: make(chan os.Signal, 1)}
+	cfg.Signals = r.signals
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(wait):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return r
+}
+
+// result waits for Run to return.
+func (r *running) result(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(within):
+		t.Fatalf("Run did not return within %v", within)
+		return nil
+	}
+}
+
+func isHeartbeat(ready bool) func(*ipc.Frame) bool {
+	return func(f *ipc.Frame) bool { return f.Op == ipc.OpHeartbeat && f.Ready != nil && *f.Ready == ready }
+}
+
+func decodeStats(t *testing.T, payload json.RawMessage) Stats {
+	t.Helper()
+	var s Stats
+	if err := json.Unmarshal(payload, &s); err != nil {
+		t.Fatalf("stats %s: %v", payload, err)
+	}
+	return s
+}
+
+// request sends a raw request frame and returns its REPLY.
+func request(t *testing.T, c *harnesstest.Conn, raw string) *ipc.Frame {
+	t.Helper()
+	f, err := ipc.Decode([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Send(raw)
+	return c.ExpectReply(wait, f.ID)
+}
+
+// barrier returns once the harness has read every frame sent before it: a
+// structural op with an id is answered (unknown_op) on the read goroutine
+// itself, after the frames before it were taken in, delayed ops included.
+func barrier(t *testing.T, c *harnesstest.Conn) {
+	t.Helper()
+	if r := request(t, c, `{"op":"HEARTBEAT","id":"barrier"}`); r.Error == nil || r.Error.Code != ipc.CodeUnknownOp {
+		t.Fatalf("barrier → %s", ipc.Encode(r))
+	}
+}
+
+func stats(t *testing.T, c *harnesstest.Conn, id string) Stats {
+	t.Helper()
+	r := request(t, c, `{"op":"stats","id":"`+id+`"}`)
+	if r.Error != nil {
+		t.Fatalf("stats: %v", r.Error)
+	}
+	return decodeStats(t, r.Payload)
+}
+
+func TestSimLifecycle(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 30})
+	r := start(t, m, "--connect-delay=20ms", "--event-interval=2ms")
+	c := m.Accept(wait)
+
+	reg := c.Register
+	if reg.Role != ipc.RoleCluster || reg.Cluster == nil || *reg.Cluster != 1 || reg.Generation == nil || *reg.Generation != 7 ||
+		reg.Token != "tok-"+t.Name() || reg.PID != os.Getpid() {
+		t.Fatalf("REGISTER = %s", ipc.Encode(reg))
+	}
+
+	// The first heartbeat comes at once, not ready; then ready once all three
+	// shards have connected.
+	first, err := c.Next(wait)
+	if err != nil || !isHeartbeat(false)(first) {
+		t.Fatalf("first frame %s, %v; want HEARTBEAT ready:false", ipc.Encode(first), err)
+	}
+	if s := decodeStats(t, first.Payload); len(s.Shards) != 3 || s.Shards[0].ID != 4 || s.Shards[2].Status != ShardConnecting {
+		t.Fatalf("first heartbeat stats %+v", s)
+	}
+	hb := c.Expect(wait, "HEARTBEAT ready:true", isHeartbeat(true))
+	if s := decodeStats(t, hb.Payload); s.Shards[2].Status != ShardReady || s.Guilds == 0 || s.MemoryBytes == 0 {
+		t.Fatalf("ready heartbeat stats %+v", s)
+	}
+
+	// Business ops.
+	pong := request(t, c, `{"op":"ping","id":"p1"}`)
+	if want := fmt.Sprintf(`{"pong":true,"cluster":1,"generation":7,"pid":%d}`, os.Getpid()); string(pong.Payload) != want {
+		t.Errorf("ping → %s, want %s", ipc.Encode(pong), want)
+	}
+	if echo := request(t, c, `{"op":"echo","id":"e1","payload":{"a": [1, 2]}}`); string(echo.Payload) != `{"a": [1, 2]}` {
+		t.Errorf("echo → %s", ipc.Encode(echo))
+	}
+	if echo := request(t, c, `{"op":"echo","id":"e2"}`); string(echo.Payload) != `null` {
+		t.Errorf("echo with no payload → %s", ipc.Encode(echo))
+	}
+	if e := request(t, c, `{"op":"nope","id":"u1","payload":[1]}`); e.Error == nil || e.Error.Code != ipc.CodeUnknownOp {
+		t.Errorf("unknown op → %s", ipc.Encode(e))
+	}
+	gi := request(t, c, `{"op":"guild.info","id":"g1","payload":{"guild_id":"`+strconv.FormatUint(guildOnShard(5, 8), 10)+`"}}`)
+	if !bytes.Contains(gi.Payload, []byte(`"shard":5,"cluster":1,"owned":true`)) {
+		t.Errorf("guild.info → %s", ipc.Encode(gi))
+	}
+	c.Send(`{"op":"ping"}`) // no id: handled, not answered
+
+	// Dispatches wait in the buffer until ACTIVATE, then flow.
+	before := stats(t, c, "s1")
+	if before.Active || before.EventsBuffered == 0 || before.EventsDispatched != 0 {
+		t.Fatalf("before ACTIVATE: %+v", before)
+	}
+	c.Send(`{"op":"ACTIVATE"}`)
+	after := stats(t, c, "s2")
+	if !after.Active || after.EventsDispatched < before.EventsBuffered {
+		t.Fatalf("after ACTIVATE: %+v (before: %+v)", after, before)
+	}
+	if after.RequestsHandled < 7 {
+		t.Errorf("requests_handled = %d, want at least 7", after.RequestsHandled)
+	}
+
+	// The manager goes away: the harness registers again with the same token,
+	// and keeps its state (ready, active).
+	c.Drop()
+	c2 := m.Accept(wait)
+	if c2.Register.Token != reg.Token || c2.Register.PID != reg.PID {
+		t.Fatalf("re-REGISTER = %s", ipc.Encode(c2.Register))
+	}
+	hb = c2.ExpectOp(wait, ipc.OpHeartbeat)
+	if !*hb.Ready || !decodeStats(t, hb.Payload).Active {
+		t.Fatalf("heartbeat after reconnect: %s", ipc.Encode(hb))
+	}
+	if p := request(t, c2, `{"op":"ping","id":"p2"}`); p.Error != nil {
+		t.Fatalf("ping after reconnect: %v", p.Error)
+	}
+
+	// QUIESCE: QUIESCED, made sure of by a flush request, then Run returns.
+	c2.Send(`{"op":"QUIESCE"}`)
+	c2.ExpectOp(wait, ipc.OpQuiesced)
+	c2.ExpectOp(wait, opFlush)
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run after QUIESCE = %v", err)
+	}
+}
+
+// replies collects REPLY and QUIESCED frames, skipping heartbeats, until QUIESCED.
+func untilQuiesced(t *testing.T, c *harnesstest.Conn) []string {
+	t.Helper()
+	var got []string
+	for {
+		f := c.Expect(wait, "REPLY or QUIESCED", func(f *ipc.Frame) bool { return f.Op != ipc.OpHeartbeat })
+		switch {
+		case f.Op == ipc.OpQuiesced:
+			return append(got, f.Op)
+		case f.Error != nil:
+			got = append(got, f.ID+":"+f.Error.Code)
+		default:
+			got = append(got, f.ID+":ok")
+		}
+	}
+}
+
+func TestSimQuiesceFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--connect-delay=0", "--op-delay=300ms")
+	c := m.Accept(wait)
+	// One connection, one reader: slow is in flight before QUIESCE is read.
+	c.Send(`{"op":"ping","id":"slow"}`)
+	c.Send(`{"op":"QUIESCE"}`)
+	c.Send(`{"op":"ping","id":"late"}`)
+
+	got := untilQuiesced(t, c)
+	if want := []string{"late:unavailable", "slow:ok", "QUIESCED"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("frames %q, want %q", got, want)
+	}
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestSimSignalQuiesces(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--connect-delay=0", "--op-delay=100ms")
+	c := m.Accept(wait)
+	c.Send(`{"op":"ping","id":"inflight"}`)
+	barrier(t, c)
+	r.signals <- syscall.SIGTERM
+	if got := untilQuiesced(t, c); fmt.Sprint(got) != "[inflight:ok QUIESCED]" {
+		t.Fatalf("frames %q", got)
+	}
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestSimSignalShutdownIsBounded(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--connect-delay=0", "--op-delay=1h", "--shutdown-timeout=200ms")
+	c := m.Accept(wait)
+	c.Send(`{"op":"ping","id":"forever"}`)
+	barrier(t, c)
+	began := time.Now()
+	r.signals <- syscall.SIGINT
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if d := time.Since(began); d < 200*time.Millisecond || d > 3*time.Second {
+		t.Errorf("shutdown took %v, want about 200ms", d)
+	}
+}
+
+func TestSimFailReady(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 20})
+	start(t, m, "--connect-delay=5ms", "--fail-ready")
+	c := m.Accept(wait)
+	// Wait until all the shards that will connect have (the first two of
+	// three), then for several more heartbeats: none may say ready.
+	notReady := func(f *ipc.Frame) Stats {
+		if *f.Ready {
+			t.Fatalf("--fail-ready sent %s", ipc.Encode(f))
+		}
+		return decodeStats(t, f.Payload)
+	}
+	for {
+		if s := notReady(c.ExpectOp(wait, ipc.OpHeartbeat)); s.Shards[1].Status == ShardReady {
+			break
+		}
+	}
+	for range 8 {
+		if s := notReady(c.ExpectOp(wait, ipc.OpHeartbeat)); s.Shards[2].Status != ShardConnecting {
+			t.Fatalf("the last shard connected: %+v", s)
+		}
+	}
+}
+
+func TestSimCrashAfter(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--crash-after=100ms")
+	m.Accept(wait)
+	var exit *ExitError
+	if err := r.result(t, wait); !errors.As(err, &exit) || exit.Code != CrashExitCode {
+		t.Fatalf("Run = %v, want exit status %d", err, CrashExitCode)
+	}
+}
+
+func TestSimHangAfter(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 20})
+	began := time.Now()
+	r := start(t, m, "--connect-delay=0", "--hang-after=100ms")
+	c := m.Accept(wait)
+	c.Expect(wait, "HEARTBEAT ready:true", isHeartbeat(true))
+	// The heartbeats stop: a gap of many intervals, after the hang is due.
+	for {
+		_, err := c.Next(250 * time.Millisecond)
+		if errors.Is(err, harnesstest.ErrNoFrame) && time.Since(began) > 100*time.Millisecond {
+			break
+		}
+	}
+	c.Send(`{"op":"ping","id":"p"}`)
+	c.Send(`{"op":"HEARTBEAT","id":"structural"}`)
+	c.Send(`{"op":"QUIESCE"}`)
+	if f, err := c.Next(300 * time.Millisecond); err == nil {
+		t.Fatalf("a hung harness sent %s", ipc.Encode(f))
+	}
+	r.signals <- syscall.SIGTERM
+	var exit *ExitError
+	if err := r.result(t, wait); !errors.As(err, &exit) || exit.Code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("Run = %v, want death by SIGTERM", err)
+	}
+}
+
+func TestSimIgnoreQuiesce(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--connect-delay=0", "--ignore-quiesce")
+	c := m.Accept(wait)
+	c.Send(`{"op":"QUIESCE"}`)
+	r.signals <- syscall.SIGTERM
+	if p := request(t, c, `{"op":"ping","id":"p"}`); p.Error != nil {
+		t.Fatalf("ping after QUIESCE and SIGTERM: %v", p.Error)
+	}
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v; only a kill may end it", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.cancel()
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run after cancel = %v", err)
+	}
+}
+
+func TestExitOnStart(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--exit-on-start=7")
+	var exit *ExitError
+	if err := r.result(t, wait); !errors.As(err, &exit) || exit.Code != 7 {
+		t.Fatalf("Run = %v, want exit status 7", err)
+	}
+}
+
+func TestRegisterRefused(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{Register: harnesstest.Refusing(ipc.CodeForbidden)})
+	r := start(t, m)
+	err := r.result(t, wait)
+	var exit *ExitError
+	if !errors.Is(err, ipc.ErrRegisterRefused) || errors.As(err, &exit) {
+		t.Fatalf("Run = %v, want a refusal", err)
+	}
+}
+
+func TestCancelIsCleanStop(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, "--op-delay=1h")
+	c := m.Accept(wait)
+	c.Send(`{"op":"ping","id":"p"}`)
+	barrier(t, c)
+	r.cancel()
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run after cancel = %v", err)
+	}
+}
