@@ -94,8 +94,8 @@ func (p *Plan) validate() error {
 	return nil
 }
 
-// Deploy moves clusters to a new generation, one DESIGN.md "generation deploy"
-// at a time: (1) spawn the new process, (2) on ready, route to it, (3) QUIESCE
+// Deploy moves clusters to a new generation by DESIGN.md's four steps:
+// (1) spawn the new process, (2) once it is ready, route to it, (3) QUIESCE
 // the old one and confirm its exit, (4) ACTIVATE the new one. It does no I/O:
 // the manager feeds it events from its single event loop and an Actuator
 // carries out its decisions. It is not safe for concurrent use.
@@ -346,7 +346,7 @@ func (d *Deploy) switchRoutes(u *unit, now time.Time) {
 		if recluster {
 			r = NewRoutes(to) // every range changes at once
 		}
-		return r.withAll(news)
+		return r.WithAll(news)
 	})
 	for _, s := range u.slots {
 		if s.old != nil && !s.old.exited {
@@ -504,6 +504,8 @@ func (d *Deploy) halt(state State, reason string, now time.Time) {
 				s.st.end = PhaseSkipped
 			}
 			d.release(u, d.plan.From)
+		case unitSpawned:
+			d.rollBack(u, now, reason)
 		}
 	}
 }

@@ -50,10 +50,11 @@ func (r *Routes) Routed(c int) (ProcRef, bool) {
 
 // With returns a copy of r that routes p.Cluster to p. It panics if p.Cluster
 // is not a cluster of r.Topology, as an out-of-range index would.
-func (r *Routes) With(p ProcRef) *Routes { return r.withAll([]ProcRef{p}) }
+func (r *Routes) With(p ProcRef) *Routes { return r.WithAll([]ProcRef{p}) }
 
-// withAll is With for many processes, copying the table once.
-func (r *Routes) withAll(ps []ProcRef) *Routes {
+// WithAll returns a copy of r that routes each p.Cluster to p, copying the
+// table once (With in a loop would copy it per process). It panics as With does.
+func (r *Routes) WithAll(ps []ProcRef) *Routes {
 	n := r.clone()
 	for _, p := range ps {
 		if p.Cluster < 0 || p.Cluster >= len(n.procs) {
@@ -80,7 +81,3 @@ func (r *Routes) Without(p ProcRef) *Routes {
 func (r *Routes) clone() *Routes {
 	return &Routes{Topology: r.Topology, procs: append([]route(nil), r.procs...)}
 }
-
-// WithAll returns a copy of r that routes each p.Cluster to p, copying the
-// table once (With in a loop would copy it per process).
-func (r *Routes) WithAll(ps []ProcRef) *Routes { return r.withAll(ps) }

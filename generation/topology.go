@@ -65,21 +65,33 @@ func (t Topology) Resolve(target string) (int, error) {
 		return 0, fmt.Errorf("%w: op has no target", ErrUnknownTarget)
 	case strings.HasPrefix(target, "guild:"):
 		g, err := strconv.ParseUint(target[len("guild:"):], 10, 64)
-		if err != nil {
+		if err != nil || !isDigits(target[len("guild:"):]) {
 			return 0, fmt.Errorf("%w: %q is not a guild snowflake", ErrUnknownTarget, target)
 		}
 		return t.ClusterOfShard(t.ShardOfGuild(g)), nil
 	case strings.HasPrefix(target, "shard:"):
 		s, err := strconv.Atoi(target[len("shard:"):])
-		if err != nil || s < 0 || s >= t.Total {
+		if err != nil || !isDigits(target[len("shard:"):]) || s >= t.Total {
 			return 0, fmt.Errorf("%w: %q is not a shard of %d", ErrUnknownTarget, target, t.Total)
 		}
 		return t.ClusterOfShard(s), nil
 	default:
 		c, err := strconv.Atoi(target)
-		if err != nil || c < 0 || c >= t.Clusters() {
+		if err != nil || !isDigits(target) || c >= t.Clusters() {
 			return 0, fmt.Errorf("%w: %q is not a cluster of %d", ErrUnknownTarget, target, t.Clusters())
 		}
 		return c, nil
 	}
+}
+
+// isDigits reports whether s is a plain decimal number. Atoi alone would also take
+// "+3" and "-0", and a target has one spelling so that every implementation of
+// the protocol agrees on what it names.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
