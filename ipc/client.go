@@ -58,6 +58,7 @@ type Client struct {
 	nextID  uint64
 	ready   chan struct{} // closed while connected; replaced on disconnect
 	stopped bool
+	stopc   chan struct{} // closed when Run returns, to release WaitConnected
 
 	cancel context.CancelFunc
 	runErr chan error
@@ -76,7 +77,13 @@ func NewClient(cfg ClientConfig) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, log: log, pending: make(map[string]chan *Frame), ready: make(chan struct{})}
+	return &Client{
+		cfg:     cfg,
+		log:     log,
+		pending: make(map[string]chan *Frame),
+		ready:   make(chan struct{}),
+		stopc:   make(chan struct{}),
+	}
 }
 
 // Dial connects and registers, then keeps the connection (and, with
@@ -126,7 +133,10 @@ func (c *Client) run(ctx context.Context, first chan<- error) error {
 	}
 	defer func() {
 		c.mu.Lock()
-		c.stopped = true
+		if !c.stopped {
+			c.stopped = true
+			close(c.stopc)
+		}
 		c.mu.Unlock()
 	}()
 	attempt := 0
@@ -179,6 +189,9 @@ func (c *Client) session(ctx context.Context, registered func()) error {
 	reply, err := Decode(line)
 	if err != nil {
 		return fmt.Errorf("REGISTER reply: %w", err)
+	}
+	if reply.Op != OpReply {
+		return fmt.Errorf("REGISTER answered with %s, not %s", reply.Op, OpReply)
 	}
 	if reply.Error != nil {
 		if reply.Error.Code == CodeUnavailable || reply.Error.Code == CodeShuttingDown || reply.Error.Code == CodeBusy {
@@ -256,21 +269,22 @@ func (c *Client) Connected() bool {
 	return c.conn != nil
 }
 
-// WaitConnected blocks until the client is registered or ctx is done.
+// WaitConnected blocks until the client is registered, ctx is done, or Run has
+// returned (ErrClosed).
 func (c *Client) WaitConnected(ctx context.Context) error {
-	for {
-		c.mu.Lock()
-		ready, stopped := c.ready, c.stopped
-		c.mu.Unlock()
-		if stopped {
-			return ErrClosed
-		}
-		select {
-		case <-ready:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	c.mu.Lock()
+	ready, stopped := c.ready, c.stopped
+	c.mu.Unlock()
+	if stopped {
+		return ErrClosed
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-c.stopc:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

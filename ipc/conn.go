@@ -2,7 +2,6 @@ package ipc
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -18,6 +17,9 @@ var (
 	// ErrQueueFull means the peer stopped reading: the outbound queue reached its
 	// bound, and the connection has been cut off.
 	ErrQueueFull = errors.New("outbound queue full: peer is not reading")
+	// ErrBusy is returned by TrySendFrame when the outbound queue is half full.
+	// Unlike ErrQueueFull it leaves the connection open.
+	ErrBusy = errors.New("outbound queue busy")
 	// ErrClosed is returned by Send on a connection that is closing or closed.
 	ErrClosed = errors.New("connection closed")
 	// ErrTimeout is returned by a request whose deadline passed with no reply.
@@ -29,16 +31,21 @@ var (
 // Reader splits a byte stream into frames: one JSON object per line, at most max
 // bytes (the newline not counted). An oversized line is skipped to its end so the
 // stream stays in sync, and reported as ErrFrameTooLarge.
+//
+// A read error other than EOF (a read deadline, say) does not lose the line being
+// read: the next ReadFrame carries on from where the error struck.
 type Reader struct {
-	br  *bufio.Reader
-	max int
-	acc []byte
+	br       *bufio.Reader
+	max      int
+	acc      []byte
+	partial  bool // acc holds the start of a line that a read error interrupted
+	skipping bool // inside an oversized line that a read error interrupted
 }
 
 // NewReader returns a Reader of r with the frame limit max.
 func NewReader(r io.Reader, max int) *Reader {
 	size := 64 << 10
-	if max+1 < size {
+	if max < size-1 {
 		size = max + 1
 	}
 	if size < 16 {
@@ -48,23 +55,44 @@ func NewReader(r io.Reader, max int) *Reader {
 }
 
 // ReadFrame returns the next non-blank line without its newline. The slice is
-// valid only until the next call.
+// valid only until the next call. At the end of the stream it returns io.EOF, or
+// io.ErrUnexpectedEOF if the stream stopped inside a frame.
 func (r *Reader) ReadFrame() ([]byte, error) {
 	for {
 		line, err := r.readLine()
 		if err != nil {
 			return nil, err
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
+		if isBlank(line) {
 			continue
 		}
 		return line, nil
 	}
 }
 
+// isBlank reports whether b holds only JSON whitespace. Other Unicode spaces are
+// left for Decode to refuse, as any peer's JSON parser would.
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *Reader) readLine() ([]byte, error) {
-	r.acc = r.acc[:0]
+	if !r.partial {
+		r.acc = r.acc[:0]
+	}
+	r.partial = false
 	for {
+		if r.skipping {
+			if err := r.skipLine(); err != nil {
+				return nil, err
+			}
+			return nil, ErrFrameTooLarge
+		}
 		chunk, err := r.br.ReadSlice('\n')
 		switch {
 		case err == nil:
@@ -77,33 +105,54 @@ func (r *Reader) readLine() ([]byte, error) {
 			}
 			r.acc = append(r.acc, chunk[:len(chunk)-1]...)
 			if len(r.acc) > r.max {
+				r.acc = r.acc[:0]
 				return nil, ErrFrameTooLarge
 			}
 			return r.acc, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			if len(r.acc)+len(chunk) > r.max {
-				return nil, r.skipLine()
+				r.acc = r.acc[:0]
+				r.skipping = true
+				continue
 			}
 			r.acc = append(r.acc, chunk...)
-		default:
-			if err == io.EOF && len(r.acc)+len(chunk) > 0 {
+		case err == io.EOF:
+			// Trailing blanks end the stream cleanly; anything else, or a tail
+			// over the limit (which would have been too large), was cut short.
+			if len(r.acc)+len(chunk) > r.max || !isBlank(r.acc) || !isBlank(chunk) {
 				err = io.ErrUnexpectedEOF
+			}
+			r.acc = r.acc[:0]
+			return nil, err
+		default:
+			// Keep what was read so a retry continues this line instead of
+			// reading its tail as a frame of its own.
+			if len(r.acc)+len(chunk) > r.max {
+				r.acc = r.acc[:0]
+				r.skipping = true
+			} else {
+				r.acc = append(r.acc, chunk...)
+				r.partial = true
 			}
 			return nil, err
 		}
 	}
 }
 
-// skipLine discards input up to and including the next newline.
+// skipLine discards input up to and including the next newline. On an error it
+// leaves r.skipping set, so a retry goes on skipping.
 func (r *Reader) skipLine() error {
-	r.acc = r.acc[:0]
 	for {
 		_, err := r.br.ReadSlice('\n')
 		switch {
 		case err == nil:
-			return ErrFrameTooLarge
+			r.skipping = false
+			return nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
+		case err == io.EOF:
+			r.skipping = false
+			return io.ErrUnexpectedEOF
 		default:
 			return err
 		}
@@ -201,7 +250,7 @@ func (c *Conn) Send(frame []byte) error {
 		return ErrFrameTooLarge
 	}
 	c.mu.Lock()
-	if err := c.admitLocked(len(frame)); err != nil {
+	if err := c.admitLocked(len(frame) + 1); err != nil {
 		c.mu.Unlock()
 		return err
 	}
@@ -214,20 +263,40 @@ func (c *Conn) Send(frame []byte) error {
 }
 
 // SendFrame encodes f straight into the queue; see Send.
-func (c *Conn) SendFrame(f *Frame) error {
+func (c *Conn) SendFrame(f *Frame) error { return c.sendFrame(f, false) }
+
+// TrySendFrame is SendFrame for frames that may be refused instead, such as
+// requests forwarded on other peers' behalf: once the queue is half full (in
+// frames or bytes) it returns ErrBusy and leaves the connection alone. The other
+// half is kept for what the peer is owed, replies and notifications, so a burst
+// of someone else's requests cannot get a briefly slow peer cut off.
+func (c *Conn) TrySendFrame(f *Frame) error { return c.sendFrame(f, true) }
+
+func (c *Conn) sendFrame(f *Frame, try bool) error {
 	c.mu.Lock()
-	if err := c.admitLocked(len(f.Payload)); err != nil {
+	if c.closing {
 		c.mu.Unlock()
-		return err
+		return ErrClosed
 	}
+	// Encode in place, then admit (or take back) the frame at its real size: the
+	// queue bound counts every byte, not just the payload.
 	start := len(c.out)
 	c.out = AppendFrame(c.out, f)
-	if len(c.out)-start > c.opts.MaxFrameBytes {
-		c.out = c.out[:start]
+	n := len(c.out) - start
+	c.out = c.out[:start]
+	if n > c.opts.MaxFrameBytes {
 		c.mu.Unlock()
 		return ErrFrameTooLarge
 	}
-	c.out = append(c.out, '\n')
+	if try && c.queued > 0 && (c.queued >= c.opts.MaxQueue/2 || start+n+1 > c.opts.MaxQueueBytes/2) {
+		c.mu.Unlock()
+		return ErrBusy
+	}
+	if err := c.admitLocked(n + 1); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.out = append(c.out[:start+n], '\n')
 	c.queued++
 	c.mu.Unlock()
 	c.kick()
@@ -238,7 +307,8 @@ func (c *Conn) admitLocked(n int) error {
 	if c.closing {
 		return ErrClosed
 	}
-	if c.queued >= c.opts.MaxQueue || len(c.out)+n > c.opts.MaxQueueBytes {
+	// A frame always fits an empty queue: MaxQueueBytes may equal MaxFrameBytes.
+	if c.queued >= c.opts.MaxQueue || (len(c.out) > 0 && len(c.out)+n > c.opts.MaxQueueBytes) {
 		c.closing = true
 		c.cause = ErrQueueFull
 		c.out = c.out[:0]
@@ -280,10 +350,19 @@ func (c *Conn) writeLoop() {
 				c.fail(err)
 				return
 			}
+			// Keep the buffer for the next batch unless a burst made it huge:
+			// an idle connection should not pin megabytes. (spare must never be
+			// the array c.out now uses, so it is dropped, not left as it was.)
 			c.spare = buf
+			if cap(buf) > maxSpare {
+				c.spare = nil
+			}
 		}
 	}
 }
+
+// maxSpare bounds the write buffer a Conn keeps between bursts.
+const maxSpare = 1 << 20
 
 func (c *Conn) fail(err error) {
 	c.mu.Lock()

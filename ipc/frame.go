@@ -18,10 +18,14 @@ const (
 	OpDeploy    = "DEPLOY"
 )
 
-// Other protocol ops: replies and manager → cluster notifications.
+// Other protocol ops: replies, manager → cluster notifications, and the
+// read-only state queries (v1 additions that change nothing).
 const (
 	OpReply    = "REPLY"
 	OpActivate = "ACTIVATE"
+	OpStatus   = "STATUS" // client → manager: reply payload is the status snapshot
+	OpWatch    = "WATCH"  // client → manager: reply, then EVENT frames of the state feed
+	OpEvent    = "EVENT"  // manager → client: one state-feed event as payload
 )
 
 // Roles a connection may REGISTER as.
@@ -125,6 +129,23 @@ func CodeOf(err error) string {
 // a JSON object but still refused (no op, or a field of the wrong type) the error
 // comes with the fields that did decode, so the caller can reply to its id.
 func Decode(b []byte) (*Frame, error) {
+	f, ok := decodeFast(b)
+	if !ok {
+		var err error
+		if f, err = decodeJSON(b); err != nil {
+			return f, err
+		}
+	}
+	if f.Op == "" {
+		return f, Errorf(CodeBadFrame, "frame has no op")
+	}
+	return f, nil
+}
+
+// decodeJSON is Decode's general path, encoding/json, for every frame
+// decodeFast does not take. On error the frame is nil, or holds the fields
+// that did decode.
+func decodeJSON(b []byte) (*Frame, error) {
 	f := new(Frame)
 	if err := json.Unmarshal(b, f); err != nil {
 		var te *json.UnmarshalTypeError
@@ -133,9 +154,6 @@ func Decode(b []byte) (*Frame, error) {
 			return f, Errorf(CodeBadFrame, "bad frame: %v", err)
 		}
 		return nil, Errorf(CodeBadFrame, "not a JSON frame: %v", err)
-	}
-	if f.Op == "" {
-		return f, Errorf(CodeBadFrame, "frame has no op")
 	}
 	return f, nil
 }

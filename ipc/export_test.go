@@ -1,0 +1,4 @@
+package ipc
+
+// DecodeFast exposes decodeFast to the external tests.
+var DecodeFast = decodeFast
