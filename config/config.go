@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +33,10 @@ type Config struct {
 	Limits    Limits    `toml:"limits"`
 	Shutdown  Shutdown  `toml:"shutdown"`
 	Deploy    Deploy    `toml:"deploy"`
+	Status    Status    `toml:"status"`
+	Admin     Admin     `toml:"admin"`
+	API       API       `toml:"api"`
+	State     State     `toml:"state"`
 
 	// Path is the file the config was loaded from, for re-reading at DEPLOY.
 	Path string `toml:"-"`
@@ -86,6 +91,8 @@ type Limits struct {
 	MaxPending      int      `toml:"max_pending"`
 	MaxWaiting      int      `toml:"max_waiting"`
 	MaxConnections  int      `toml:"max_connections"`
+	MaxSubscribers  int      `toml:"max_subscribers"`
+	FeedBuffer      int      `toml:"feed_buffer"`
 	WriteTimeout    Duration `toml:"write_timeout"`
 	RegisterTimeout Duration `toml:"register_timeout"`
 }
@@ -99,6 +106,44 @@ type Shutdown struct {
 type Deploy struct {
 	ReadyTimeout   Duration `toml:"ready_timeout"`
 	QuiesceTimeout Duration `toml:"quiesce_timeout"`
+}
+
+// Status is the [status] table: the public, read-only status page and WebSocket.
+type Status struct {
+	// Listen is the TCP address of the page and feed; empty disables them.
+	Listen string `toml:"listen"`
+	// AllowedOrigins are the Origin host patterns (path.Match syntax) a browser
+	// may open the WebSocket from, besides the page's own host.
+	AllowedOrigins []string `toml:"allowed_origins"`
+}
+
+// State is the [state] table: what lets clusters outlive a manager restart.
+type State struct {
+	// Dir holds the state file (which processes run which clusters). Empty
+	// means $STATE_DIRECTORY when systemd sets it (StateDirectory=), else no
+	// state file: a restarted manager then starts every cluster anew.
+	Dir string `toml:"dir"`
+	// AdoptWindow is how long a restarted manager waits for surviving
+	// clusters to reconnect before it replaces the ones that did not.
+	AdoptWindow Duration `toml:"adopt_window"`
+}
+
+// Admin is the [admin] table: the manager's Prometheus metrics endpoint.
+type Admin struct {
+	// Listen is the TCP address of /metrics; empty disables it.
+	Listen string `toml:"listen"`
+}
+
+// API is the [api] table, read by sm-api (sm-manager ignores it).
+type API struct {
+	Listen         string   `toml:"listen"`
+	TokenFile      string   `toml:"token_file"`
+	TokenEnv       string   `toml:"token_env"`
+	MaxBodyBytes   int64    `toml:"max_body_bytes"`
+	ReadTimeout    Duration `toml:"read_timeout"`
+	WriteTimeout   Duration `toml:"write_timeout"`
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	RequestTimeout Duration `toml:"request_timeout"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("1.5s").
@@ -173,6 +218,8 @@ func Default() Config {
 			MaxPending:      65536,
 			MaxWaiting:      1024,
 			MaxConnections:  1024,
+			MaxSubscribers:  1024,
+			FeedBuffer:      256,
 			WriteTimeout:    Duration{10 * time.Second},
 			RegisterTimeout: Duration{5 * time.Second},
 		},
@@ -180,6 +227,18 @@ func Default() Config {
 		Deploy: Deploy{
 			ReadyTimeout:   Duration{2 * time.Minute},
 			QuiesceTimeout: Duration{30 * time.Second},
+		},
+		Status: Status{Listen: "127.0.0.1:7480"},
+		State:  State{AdoptWindow: Duration{10 * time.Second}},
+		Admin:  Admin{Listen: "127.0.0.1:7481"},
+		API: API{
+			Listen:         "127.0.0.1:7482",
+			TokenEnv:       "SM_API_TOKEN",
+			MaxBodyBytes:   1 << 20,
+			ReadTimeout:    Duration{10 * time.Second},
+			WriteTimeout:   Duration{30 * time.Second},
+			IdleTimeout:    Duration{2 * time.Minute},
+			RequestTimeout: Duration{10 * time.Second},
 		},
 	}
 }
@@ -315,6 +374,8 @@ func (c *Config) Validate() error {
 		{"limits.max_pending", c.Limits.MaxPending},
 		{"limits.max_waiting", c.Limits.MaxWaiting},
 		{"limits.max_connections", c.Limits.MaxConnections},
+		{"limits.max_subscribers", c.Limits.MaxSubscribers},
+		{"limits.feed_buffer", c.Limits.FeedBuffer},
 	} {
 		if kv.v < 1 {
 			bad(kv.key, "must be at least 1, got %d", kv.v)
@@ -328,5 +389,21 @@ func (c *Config) Validate() error {
 	positive("shutdown.timeout", c.Shutdown.Timeout)
 	positive("deploy.ready_timeout", c.Deploy.ReadyTimeout)
 	positive("deploy.quiesce_timeout", c.Deploy.QuiesceTimeout)
+	for _, o := range c.Status.AllowedOrigins {
+		if _, err := path.Match(o, ""); err != nil {
+			bad("status.allowed_origins", "%q is not a valid pattern: %v", o, err)
+		}
+	}
+	if c.API.TokenFile == "" && c.API.TokenEnv == "" {
+		bad("api.token_file", "api.token_file or api.token_env must name where the API token is")
+	}
+	if c.API.MaxBodyBytes < 1 {
+		bad("api.max_body_bytes", "must be at least 1, got %d", c.API.MaxBodyBytes)
+	}
+	positive("state.adopt_window", c.State.AdoptWindow)
+	positive("api.read_timeout", c.API.ReadTimeout)
+	positive("api.write_timeout", c.API.WriteTimeout)
+	positive("api.idle_timeout", c.API.IdleTimeout)
+	positive("api.request_timeout", c.API.RequestTimeout)
 	return errors.Join(errs...)
 }

@@ -106,7 +106,9 @@ var simOnlyFlags = []string{
 // environment, all through getenv. Usage and flag errors go to usage. It returns
 // flag.ErrHelp for -h.
 func ParseArgs(name string, args []string, getenv func(string) string, usage io.Writer) (Config, error) {
-	cfg := Config{}
+	// Reconnect quickly: after a manager restart the new manager re-adopts
+	// only the clusters that come back within its adopt window.
+	cfg := Config{Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2}}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {

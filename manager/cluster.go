@@ -27,6 +27,7 @@ type slot struct {
 	topo        generation.Topology
 	gen         int64 // the generation its processes run; a respawn keeps it
 	owned       bool  // a deploy is moving this cluster: supervision leaves it alone
+	dirty       bool  // its state changed since the feed last heard
 	hist        supervise.History
 	current     *proc // the process supervised for this cluster, nil between restarts
 	restartAt   time.Time
@@ -38,6 +39,16 @@ type slot struct {
 	mu      sync.Mutex
 	waiting []*pending // requests that arrived while the cluster had no routed process
 	retired bool       // replaced by a re-clustering: requests go to the new table
+}
+
+// deployOwns reports whether a running deploy is moving cluster s, so that
+// supervision must leave it alone: from the deploy's start (not only from
+// its first spawn for s) until it releases s.
+func (m *Manager) deployOwns(s *slot) bool {
+	if s.owned {
+		return true
+	}
+	return m.dep != nil && s.topo == m.table().topo && m.table().slots[s.id] == s && m.dep.Owns(s.id)
 }
 
 // retiredNow reads retired under the lock.
@@ -79,13 +90,17 @@ func (s procState) String() string {
 
 // proc is one spawned cluster process.
 type proc struct {
-	seq     uint64
-	cluster int
-	slot    *slot
-	gen     int64
-	token   string
-	process supervise.Process
-	spawned time.Time
+	seq       uint64
+	cluster   int
+	slot      *slot
+	gen       int64
+	tokenHash string // sha256 of its SM_TOKEN: all the state file keeps
+	startTime uint64 // kernel start time: pid + start time name it for good
+	adopted   bool   // survived a manager restart; watched through a pidfd
+	wasRouted bool   // adopted and routed when the previous manager died
+	stale     bool   // adopted but no longer its cluster's process: quiesced
+	process   supervise.Process
+	spawned   time.Time
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it
@@ -145,7 +160,7 @@ type evRestart struct{ s *slot }
 
 // respawn starts the supervised process of s at its generation.
 func (m *Manager) respawn(s *slot) {
-	if m.stopping.Load() || s.owned || s.current != nil {
+	if m.stopping.Load() || m.deployOwns(s) || s.current != nil {
 		return
 	}
 	p, err := m.spawn(s, s.gen)
@@ -166,7 +181,7 @@ func (m *Manager) spawn(s *slot, gen int64) (*proc, error) {
 		return nil, fmt.Errorf("no command known for generation %d", gen)
 	}
 	token := newToken()
-	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, token: token, spawned: time.Now()}
+	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, tokenHash: hashToken(token), spawned: time.Now()}
 	env := append([]string{
 		"SM_SOCKET=" + m.cfg.Socket,
 		"SM_CLUSTER=" + strconv.Itoa(s.id),
@@ -182,12 +197,11 @@ func (m *Manager) spawn(s *slot, gen int64) (*proc, error) {
 	}
 	p.process = process
 	p.lastBeat = p.spawned
+	p.startTime, _ = supervise.StartTime(process.PID())
 	m.procs[p.seq] = p
+	m.touch(s)
 	m.log.Info("cluster spawned", "cluster", s.id, "generation", gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
-	go func() {
-		<-process.Exited()
-		m.post(evExit{p: p})
-	}()
+	m.watchExit(p)
 	return p, nil
 }
 
@@ -214,8 +228,9 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 	}
 	id, gen := *f.Cluster, *f.Generation
 	var p *proc
+	hash := []byte(hashToken(f.Token))
 	for _, cand := range m.procs {
-		if cand.cluster == id && cand.gen == gen && subtle.ConstantTimeCompare([]byte(cand.token), []byte(f.Token)) == 1 {
+		if cand.cluster == id && cand.gen == gen && subtle.ConstantTimeCompare([]byte(cand.tokenHash), hash) == 1 {
 			p = cand
 			break
 		}
@@ -245,6 +260,7 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 	}
 	p.lastBeat = time.Now()
 	s := p.slot
+	m.touch(s)
 	m.log.Info("cluster registered", "cluster", id, "generation", gen, "pid", p.pid(), "conn", c.id)
 	payload, _ := json.Marshal(map[string]any{
 		"cluster":               id,
@@ -266,9 +282,11 @@ func (e evHeartbeat) apply(m *Manager) {
 	}
 	p.lastBeat = e.at
 	p.beat = e.payload
+	m.publishHeartbeat(p, e.ready, e.payload, e.at)
 	if e.ready && p.state == procRegistered {
 		p.state = procReady
 		p.readyAt = e.at
+		m.touch(p.slot)
 		m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after", e.at.Sub(p.spawned).Round(time.Millisecond))
 		m.becameReady(p)
 		if m.dep != nil {
@@ -277,6 +295,7 @@ func (e evHeartbeat) apply(m *Manager) {
 	}
 	s := p.slot
 	if p.state == procReady && s.current == p && m.policy.Recovered(&s.hist, p.spawned, e.at) {
+		m.touch(s)
 		m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
 	}
 }
@@ -285,7 +304,7 @@ func (e evHeartbeat) apply(m *Manager) {
 // first start or after a restart, ACTIVATEs it.
 func (m *Manager) becameReady(p *proc) {
 	s := p.slot
-	if s.current != p || s.owned {
+	if s.current != p || m.deployOwns(s) {
 		return
 	}
 	m.setRoute(s, p)
@@ -300,6 +319,7 @@ func (m *Manager) activate(p *proc) {
 		c.send(&ipc.Frame{Op: ipc.OpActivate})
 	}
 	p.activated = true
+	m.touch(p.slot)
 	m.log.Info("cluster activated", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 }
 
@@ -312,6 +332,7 @@ func (m *Manager) setRoute(s *slot, p *proc) {
 		return
 	}
 	m.routes.Store(m.table().with(s.id, p))
+	m.touch(s)
 	var waiting []*pending
 	if p.usable() {
 		waiting = s.waiting
@@ -375,6 +396,7 @@ func (e evExit) apply(m *Manager) {
 	wasStopping := p.state >= procQuiescing
 	p.state = procExited
 	delete(m.procs, p.seq)
+	m.touch(p.slot)
 	if c := p.conn.Load(); c != nil {
 		c.c.Close()
 		p.conn.Store(nil)
@@ -387,12 +409,13 @@ func (e evExit) apply(m *Manager) {
 		m.dep.Exited(p.ref())
 	}
 	if s.current != p {
+		m.maybeActivate(s)
 		return
 	}
 	s.current = nil
 	s.lastExit, s.lastExitAt = status, time.Now()
-	if m.stopping.Load() || s.owned || s.retiredNow() {
-		return
+	if m.stopping.Load() || m.deployOwns(s) || s.retiredNow() || m.adopting {
+		return // while adopting, the window's end spawns what is missing
 	}
 	m.scheduleRestart(s)
 }
@@ -402,6 +425,7 @@ func (m *Manager) scheduleRestart(s *slot) {
 	d := m.policy.Next(&s.hist, time.Now(), m.rand())
 	s.restartNext = d.Delay
 	s.restartAt = time.Now().Add(d.Delay)
+	m.touch(s)
 	if d.CrashLoop {
 		m.log.Error("cluster in crash loop; retrying at the backoff ceiling", "cluster", s.id, "generation", s.gen,
 			"restarts_in_period", len(s.hist.Restarts), "delay", d.Delay.Round(time.Millisecond))
@@ -445,6 +469,7 @@ func (m *Manager) stop(p *proc, reason string) {
 		return
 	}
 	p.state = procStopping
+	m.touch(p.slot)
 	m.unroute(p)
 	m.log.Info("stopping cluster", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "reason", reason)
 	grace := m.cfg.Restart.StopGrace.Duration
@@ -488,6 +513,7 @@ func (m *Manager) quiesce(p *proc) {
 		return
 	}
 	p.state = procQuiescing
+	m.touch(p.slot)
 	m.log.Info("quiesce sent", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 }
 

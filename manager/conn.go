@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -19,6 +20,9 @@ type conn struct {
 	role string
 	name string
 	proc *proc // for role cluster; set once at REGISTER
+
+	watchOnce sync.Once     // a connection watches the feed at most once
+	watchStop chan struct{} // closed when the connection ends
 }
 
 func (c *conn) send(f *ipc.Frame) error { return c.c.SendFrame(f) }
@@ -43,7 +47,10 @@ func (c *conn) refuse(code, msg string) {
 
 // serve runs one connection: peer check, REGISTER, then frames until it ends.
 func (m *Manager) serve(c *conn) {
+	watchDone := make(chan struct{})
+	c.watchStop = watchDone
 	defer func() {
+		close(watchDone)
 		c.c.Close()
 		<-c.c.Done()
 		m.removeConn(c)
@@ -161,6 +168,7 @@ func (m *Manager) register(c *conn) bool {
 			return false
 		}
 		c.reply(f.ID, r.payload)
+		m.post(evRegistered{p: c.proc})
 		return true
 	default:
 		c.send(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeBadFrame, "REGISTER role must be %q or %q", ipc.RoleCluster, ipc.RoleClient)))
@@ -206,6 +214,10 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 		c.replyErr(f.ID, ipc.CodeForbidden, "%s is sent by the manager only", f.Op)
 	case ipc.OpDeploy:
 		m.deploy(c, f)
+	case ipc.OpStatus:
+		m.statusOp(c, f)
+	case ipc.OpWatch:
+		m.watch(c, f)
 	default:
 		m.forward(c, f)
 	}

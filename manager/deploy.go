@@ -2,7 +2,6 @@ package manager
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -157,7 +156,7 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 	}
 	p, err := m.spawn(s, gen)
 	if err != nil {
-		return generation.ProcRef{}, fmt.Errorf("spawn cluster %d generation %d: %w", cluster, gen, err)
+		return generation.ProcRef{}, err
 	}
 	return p.ref(), nil
 }
@@ -213,6 +212,7 @@ func (a actuator) switchTable(next *generation.Routes) {
 	}
 	m.next = nil
 	m.log.Info("routing switched to the new topology", "topology", nt.topo.String())
+	m.feed.publish(m.snapshotEvent(EventTopology))
 	for _, p := range waiting {
 		if !p.done.Load() {
 			m.redispatch(p)
@@ -248,6 +248,7 @@ func (a actuator) Release(cluster int) {
 	}
 	s := t.slots[cluster]
 	s.owned = false
+	m.touch(s)
 	if p := t.procs[cluster]; p != nil {
 		s.current = p
 		s.gen = p.gen

@@ -89,9 +89,17 @@ type load struct {
 // startLoad runs workers that each send echo requests round-robin over the
 // targets, one at a time, until stopped.
 func startLoad(t *testing.T, e *env, workers int, targets func(i int) string) *load {
+	return startLoadAt(t, e.cfg.Socket, workers, targets)
+}
+
+// startLoadAt is startLoad against any socket. Its client reconnects, and
+// each request waits for a connection first, so only requests in flight when
+// a manager dies can fail.
+func startLoadAt(t *testing.T, socket string, workers int, targets func(i int) string) *load {
 	l := &load{errs: map[string]int{}, stop: make(chan struct{})}
 	c, err := ipc.Dial(t.Context(), ipc.ClientConfig{
-		Path:     e.cfg.Socket,
+		Path:      socket,
+		Reconnect: true,
 		Register: ipc.Frame{Role: ipc.RoleClient, Name: "load"},
 		// A REPLY the client could not match is a duplicate (or a stray): count it.
 		Handler: func(_ *ipc.Client, f *ipc.Frame) {
@@ -114,8 +122,12 @@ func startLoad(t *testing.T, e *env, workers int, targets func(i int) string) *l
 				default:
 				}
 				payload := fmt.Appendf(nil, `{"w":%d,"i":%d}`, w, i)
-				l.sent.Add(1)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if c.WaitConnected(ctx) != nil {
+					cancel()
+					continue
+				}
+				l.sent.Add(1)
 				r, err := c.Request(ctx, &ipc.Frame{Op: "echo", Target: targets(w*1000 + i), Payload: payload})
 				cancel()
 				switch {
@@ -142,15 +154,21 @@ func startLoad(t *testing.T, e *env, workers int, targets func(i int) string) *l
 // finish stops the load and checks that every request got exactly one good reply.
 func (l *load) finish(t *testing.T) {
 	t.Helper()
+	l.end(t)
+	if len(l.errs) > 0 || l.badEcho > 0 || l.dup.Load() > 0 || l.ok.Load() != l.sent.Load() {
+		t.Fatalf("load broke: sent %d ok %d errors %v (last %q) bad echoes %d duplicates %d",
+			l.sent.Load(), l.ok.Load(), l.errs, l.lastError, l.badEcho, l.dup.Load())
+	}
+}
+
+// end stops the load and logs its books.
+func (l *load) end(t *testing.T) {
+	t.Helper()
 	close(l.stop)
 	l.wg.Wait()
 	time.Sleep(50 * time.Millisecond) // let any duplicate arrive
 	l.client.Close()
 	t.Logf("load: sent %d, ok %d, errors %v, duplicates %d", l.sent.Load(), l.ok.Load(), l.errs, l.dup.Load())
-	if len(l.errs) > 0 || l.badEcho > 0 || l.dup.Load() > 0 || l.ok.Load() != l.sent.Load() {
-		t.Fatalf("load broke: sent %d ok %d errors %v (last %q) bad echoes %d duplicates %d",
-			l.sent.Load(), l.ok.Load(), l.errs, l.lastError, l.badEcho, l.dup.Load())
-	}
 	if l.ok.Load() == 0 {
 		t.Fatal("load sent nothing")
 	}

@@ -21,8 +21,9 @@ import (
 	"github.com/sm-supervisor/sm/unixsock"
 )
 
-// harnessBin is cluster-harness, built once for the whole test run.
-var harnessBin string
+// harnessBin is cluster-harness and managerBin sm-manager, built once for the
+// whole test run.
+var harnessBin, managerBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sm-manager-test-")
@@ -31,7 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	harnessBin = filepath.Join(dir, "cluster-harness")
-	build := exec.Command("go", "build", "-o", harnessBin, "../cmd/cluster-harness")
+	managerBin = filepath.Join(dir, "sm-manager")
+	build := exec.Command("go", "build", "-o", dir+"/", "../cmd/cluster-harness", "../cmd/sm-manager")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build cluster-harness:", err)
@@ -106,6 +108,8 @@ func testConfig(t *testing.T) *config.Config {
 	cfg.Restart.StopGrace = config.Duration{Duration: 500 * time.Millisecond}
 	cfg.Requests.Timeout = config.Duration{Duration: 3 * time.Second}
 	cfg.Shutdown.Timeout = config.Duration{Duration: 3 * time.Second}
+	cfg.State.Dir = filepath.Join(t.TempDir(), "state")
+	cfg.Status.Listen, cfg.Admin.Listen = "", ""
 	return &cfg
 }
 

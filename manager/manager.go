@@ -76,6 +76,17 @@ type Manager struct {
 	depCfg    *config.Config     // the config the running deploy was made from
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
+
+	feed             hub     // the state feed's subscribers
+	dirty            []*slot // clusters whose state changed during this loop event
+	depPublished     *generation.Deploy
+	depPublishedDone bool
+	depLast          []byte
+
+	adopting   bool      // the adopt window is open
+	started    time.Time // when Run started
+	stateDirty bool      // the state file is behind
+	stateSaved time.Time
 }
 
 // New validates opts and returns a manager ready to Run.
@@ -116,6 +127,7 @@ func New(opts Options) (*Manager, error) {
 		pending: make(map[uint64]*pending),
 		conns:   make(map[*conn]struct{}),
 		procs:   make(map[uint64]*proc),
+		feed:    hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
 	}
 	if m.spawner == nil {
 		m.spawner = supervise.ExecSpawner{}
@@ -180,15 +192,27 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 		defer close(acceptDone)
 		m.accept(ln)
 	}()
+	m.started = time.Now()
+	m.restore()
 	for _, s := range m.table().slots {
-		m.respawn(s)
+		if s.current == nil {
+			m.respawn(s)
+		}
 	}
+	m.maybeSaveState(time.Now())
 	m.loop(ctx)
 	m.stopping.Store(true)
 	ln.Close()
 	<-acceptDone
 	m.shutdown()
+	if len(m.procs) == 0 {
+		m.removeState()
+	} else {
+		m.stateDirty = true
+		m.maybeSaveState(time.Now().Add(stateSaveEvery))
+	}
 	close(m.done)
+	m.feed.closeAll()
 	m.closeConns()
 	m.connWG.Wait()
 	m.stopWG.Wait()
@@ -204,16 +228,17 @@ func (m *Manager) loop(ctx context.Context) {
 		select {
 		case ev := <-m.events:
 			ev.apply(m)
-			m.deployProgress()
 		case now := <-tick.C:
 			m.checkHeartbeats(now)
 			if m.dep != nil && !m.dep.Done() {
 				m.dep.Tick()
-				m.deployProgress()
 			}
 		case <-ctx.Done():
 			return
 		}
+		m.deployProgress()
+		m.flushFeed()
+		m.maybeSaveState(time.Now())
 	}
 }
 

@@ -195,7 +195,17 @@ func (m *Manager) send(pr *proc, p *pending) {
 		}
 		out.ID = strconv.FormatUint(mid, 36)
 	}
-	if c == nil || c.send(&out) != nil {
+	err := ipc.ErrClosed
+	if c != nil {
+		// A request may be refused, but must not get the cluster cut off: its
+		// queue also carries everyone else's requests and what it is owed.
+		err = c.c.TrySendFrame(&out)
+	}
+	switch {
+	case errors.Is(err, ipc.ErrBusy):
+		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is not keeping up with its requests", pr.cluster))
+		return
+	case err != nil:
 		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d connection lost", pr.cluster))
 		return
 	}

@@ -36,7 +36,8 @@ type ClusterStatus struct {
 	// RestartInMS is the wait before the next respawn while restarting.
 	RestartInMS int64           `json:"restart_in_ms,omitempty"`
 	LastExit    string          `json:"last_exit,omitempty"`
-	Waiting     int             `json:"waiting"` // requests queued for the cluster
+	Waiting     int             `json:"waiting"`   // requests queued for the cluster
+	Deploying   bool            `json:"deploying"` // a deploy is moving this cluster
 	Heartbeat   json.RawMessage `json:"heartbeat,omitempty"`
 }
 
@@ -70,30 +71,42 @@ func (m *Manager) snapshot(now time.Time) Status {
 		st.Deploy = &ds
 	}
 	for i, s := range table.slots {
-		cs := ClusterStatus{
-			ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
-			Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
-		}
-		s.mu.Lock()
-		cs.Waiting = s.waitingLive()
-		s.mu.Unlock()
-		if p := s.current; p != nil {
-			cs.State = p.state.String()
-			cs.PID = p.pid()
-			cs.Routed = table.procs[i] == p
-			cs.Activated = p.activated
-			cs.HeartbeatMS = now.Sub(p.lastBeat).Milliseconds()
-			cs.Heartbeat = p.beat
-		} else {
-			cs.State = "restarting"
-			if s.hist.CrashLoop {
-				cs.State = "crash_loop"
-			}
-			if !s.restartAt.IsZero() {
-				cs.RestartInMS = max(0, s.restartAt.Sub(now).Milliseconds())
-			}
-		}
-		st.Clusters[i] = cs
+		st.Clusters[i] = m.clusterStatus(table, s, now)
 	}
 	return st
+}
+
+// clusterStatus describes slot s of table: its routed process if it has one
+// (during a deploy, the new generation once switched), else its supervised one.
+func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) ClusterStatus {
+	cs := ClusterStatus{
+		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
+		Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
+		Deploying: s.owned,
+	}
+	s.mu.Lock()
+	cs.Waiting = s.waitingLive()
+	s.mu.Unlock()
+	p := table.procs[s.id]
+	if p == nil {
+		p = s.current
+	}
+	if p != nil {
+		cs.State = p.state.String()
+		cs.PID = p.pid()
+		cs.Generation = p.gen
+		cs.Routed = table.procs[s.id] == p
+		cs.Activated = p.activated
+		cs.HeartbeatMS = now.Sub(p.lastBeat).Milliseconds()
+		cs.Heartbeat = p.beat
+		return cs
+	}
+	cs.State = "restarting"
+	if s.hist.CrashLoop {
+		cs.State = "crash_loop"
+	}
+	if !s.restartAt.IsZero() {
+		cs.RestartInMS = max(0, s.restartAt.Sub(now).Milliseconds())
+	}
+	return cs
 }

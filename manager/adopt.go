@@ -1,0 +1,164 @@
+package manager
+
+import "time"
+
+// restore rebuilds the manager from the state file a previous manager left:
+// the topology and generations in force then (a topology change in the config
+// since then needs a DEPLOY), and every recorded process still alive, adopted
+// and awaited until state.adopt_window ends. It returns whether anything was
+// adopted. It runs before the loop starts.
+func (m *Manager) restore() bool {
+	st, err := m.loadState()
+	if err != nil {
+		m.log.Error("ignoring state file; surviving clusters will be refused and replaced", "err", err)
+		return false
+	}
+	if st == nil {
+		return false
+	}
+	t := newRouteTable(st.Topology, st.Generation)
+	for i, s := range t.slots {
+		s.gen = st.SlotGens[i]
+	}
+	m.routes.Store(t)
+	m.gen = st.Generation
+	for g, sp := range st.Specs {
+		if _, ok := m.specs[g]; !ok || g != 1 {
+			m.specs[g] = spec{argv: sp.Argv, env: sp.Env, dir: sp.Dir}
+		}
+	}
+	if cfgTopo := m.cfg.Topology.Generation(); cfgTopo != st.Topology {
+		m.log.Warn("config topology differs from the running one; a DEPLOY applies it",
+			"running", st.Topology.String(), "config", cfgTopo.String())
+	}
+	adopted := 0
+	now := time.Now()
+	for _, sp := range st.Procs {
+		process, err := adoptable(sp)
+		if err != nil {
+			m.log.Info("recorded cluster process is gone", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID)
+			continue
+		}
+		p := &proc{
+			seq: m.procSeq.Add(1), cluster: sp.Cluster, gen: sp.Generation, tokenHash: sp.TokenHash,
+			startTime: sp.StartTime, process: process, spawned: now, lastBeat: now,
+			activated: sp.Activated, adopted: true,
+		}
+		if sp.Topology == st.Topology && sp.Cluster < len(t.slots) && t.slots[sp.Cluster].first == sp.ShardFirst {
+			p.slot = t.slots[sp.Cluster]
+		} else {
+			// A process of a topology no longer (or not yet) in force: a
+			// re-clustering deploy was cut short. It gets a slot of its own
+			// so it can register and be quiesced.
+			p.slot = &slot{id: sp.Cluster, first: sp.ShardFirst, last: sp.ShardLast, topo: sp.Topology, gen: sp.Generation, retired: true}
+		}
+		s := p.slot
+		switch {
+		case sp.Routed && !s.retired && s.current == nil:
+			s.current = p
+			p.wasRouted = true
+		case !s.retired && s.current == nil && !sp.Routed:
+			// Not routed when the manager died (starting, or restarting): it
+			// is the cluster's process unless a routed one turns up.
+			s.current = p
+		default:
+			p.stale = true
+		}
+		m.procs[p.seq] = p
+		m.watchExit(p)
+		adopted++
+		m.log.Info("awaiting surviving cluster", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "routed", sp.Routed)
+	}
+	// A routed process outranks an unrouted one recorded for the same cluster.
+	for _, p := range m.procs {
+		if p.wasRouted {
+			continue
+		}
+		if cur := p.slot.current; cur != nil && cur != p && cur.wasRouted {
+			p.stale = true
+		}
+	}
+	for _, p := range m.procs {
+		if p.slot.current != p && !p.stale {
+			p.stale = true
+		}
+	}
+	if adopted > 0 {
+		window := m.cfg.State.AdoptWindow.Duration
+		m.log.Info("re-adopting surviving clusters", "processes", adopted, "adopt_window", window)
+		time.AfterFunc(window, func() { m.post(evAdoptDone{}) })
+		m.adopting = true
+	}
+	return adopted > 0
+}
+
+// evRegistered follows a cluster's REGISTER reply: what an adopted process
+// needs once it is back on a connection.
+type evRegistered struct{ p *proc }
+
+func (e evRegistered) apply(m *Manager) {
+	p := e.p
+	if !p.adopted || p.state >= procQuiescing {
+		return
+	}
+	switch {
+	case p.stale:
+		m.log.Warn("quiescing a surviving process that is no longer a cluster's", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
+		m.quiesce(p)
+	case p.wasRouted && p.slot.current == p:
+		// Routing as it was: the process was serving when the manager died.
+		p.state = procReady
+		p.readyAt = time.Now()
+		m.setRoute(p.slot, p)
+		m.log.Info("cluster re-adopted", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
+			"after", time.Since(m.started).Round(time.Millisecond))
+	}
+}
+
+// evAdoptDone ends the adopt window: survivors that did not come back are
+// stopped, and every cluster without a process is spawned.
+type evAdoptDone struct{}
+
+func (evAdoptDone) apply(m *Manager) {
+	m.adopting = false
+	for _, p := range m.procs {
+		if p.adopted && p.conn.Load() == nil && p.state < procStopping {
+			m.log.Warn("surviving process did not reconnect within the adopt window; stopping it", "cluster", p.cluster, "pid", p.pid())
+			m.stop(p, "not re-adopted")
+		}
+	}
+	for _, s := range m.table().slots {
+		if s.current == nil || s.current.state >= procStopping {
+			m.respawn(s)
+		}
+	}
+}
+
+// othersAlive reports whether another process of p's cluster still runs:
+// then p must not be ACTIVATEd yet (never two active processes for a cluster).
+func (m *Manager) othersAlive(p *proc) bool {
+	for _, q := range m.procs {
+		if q != p && q.slot == p.slot && q.state != procExited {
+			return true
+		}
+	}
+	return false
+}
+
+// maybeActivate ACTIVATEs a cluster's routed process once it is the only one
+// left (after a stale survivor exited). Deploys activate their own.
+func (m *Manager) maybeActivate(s *slot) {
+	p := s.current
+	if m.deployOwns(s) || p == nil || p.activated || p.state != procReady || !m.routedNow(p) || m.othersAlive(p) {
+		return
+	}
+	m.activate(p)
+}
+
+// watchExit posts p's confirmed exit to the loop.
+func (m *Manager) watchExit(p *proc) {
+	go func() {
+		<-p.process.Exited()
+		m.post(evExit{p: p})
+	}()
+}

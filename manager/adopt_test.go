@@ -1,0 +1,166 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/manager"
+)
+
+// managerProcess runs sm-manager as a child process, so it can be SIGKILLed.
+type managerProcess struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func runManager(t *testing.T, cfgPath, logName string) *managerProcess {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), logName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(managerBin, "-config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mp := &managerProcess{t: t, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(mp.done)
+	}()
+	t.Cleanup(func() {
+		mp.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-mp.done:
+		case <-time.After(20 * time.Second):
+			mp.cmd.Process.Kill()
+			t.Error("manager did not stop on SIGTERM")
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s:\n%s", logName, b)
+		}
+	})
+	return mp
+}
+
+func (mp *managerProcess) kill() {
+	mp.cmd.Process.Signal(syscall.SIGKILL)
+	<-mp.done
+}
+
+// statusVia asks a manager for its status over the socket.
+func statusVia(t *testing.T, c *ipc.Client) (manager.Status, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r, err := c.Request(ctx, &ipc.Frame{Op: ipc.OpStatus})
+	if err != nil {
+		return manager.Status{}, false
+	}
+	var st manager.Status
+	if err := json.Unmarshal(r.Payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st, true
+}
+
+func allRouted(st manager.Status) bool {
+	for _, c := range st.Clusters {
+		if !c.Routed || c.State != "ready" {
+			return false
+		}
+	}
+	return len(st.Clusters) > 0
+}
+
+// A SIGKILLed manager's clusters keep running; the next manager re-adopts
+// them all, routes as before, and refuses an impostor meanwhile.
+func TestManagerKillReadoption(t *testing.T) {
+	cfg := deployConfig(t)
+	cfg.State.AdoptWindow = durationOf(5 * time.Second)
+	writeConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	c, err := ipc.Dial(t.Context(), ipc.ClientConfig{
+		Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "watch"}, Reconnect: true,
+	})
+	for err != nil {
+		time.Sleep(20 * time.Millisecond)
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{
+			Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "watch"}, Reconnect: true,
+		})
+	}
+	defer c.Close()
+	var before manager.Status
+	waitFor(t, 10*time.Second, "first manager ready", func() bool {
+		st, ok := statusVia(t, c)
+		before = st
+		return ok && allRouted(st)
+	})
+	l := startLoadAt(t, cfg.Socket, 8, clusterTarget(4))
+	time.Sleep(200 * time.Millisecond)
+
+	m1.kill()
+	for _, cs := range before.Clusters {
+		if !alive(cs.PID) {
+			t.Fatalf("cluster %d died with the manager", cs.ID)
+		}
+	}
+	start := time.Now()
+	runManager(t, cfg.Path, "manager-2.log")
+
+	// An impostor claiming cluster 0 during the adopt window is refused.
+	waitFor(t, 5*time.Second, "new manager listening", func() bool {
+		rc, err := ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "probe"}})
+		if err == nil {
+			rc.Close()
+		}
+		return err == nil
+	})
+	_, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{
+		Role: ipc.RoleCluster, Cluster: ipc.Int(0), Generation: ipc.Int64(1), Token: "forged", PID: os.Getpid(),
+	}})
+	if ipc.CodeOf(err) != ipc.CodeForbidden {
+		t.Fatalf("forged REGISTER: got %v, want forbidden", err)
+	}
+
+	var after manager.Status
+	waitFor(t, 10*time.Second, "clusters re-adopted", func() bool {
+		st, ok := statusVia(t, c)
+		after = st
+		return ok && allRouted(st)
+	})
+	adoptTime := time.Since(start)
+	time.Sleep(200 * time.Millisecond)
+	l.end(t)
+	for i, cs := range after.Clusters {
+		if cs.PID != before.Clusters[i].PID {
+			t.Errorf("cluster %d restarted: pid %d → %d", i, before.Clusters[i].PID, cs.PID)
+		}
+		if cs.Restarts != 0 {
+			t.Errorf("cluster %d counts %d restarts", i, cs.Restarts)
+		}
+	}
+	// Only requests in flight at the kill may fail (8 workers, one each), and
+	// only with unavailable; nothing is duplicated.
+	failed := 0
+	for code, n := range l.errs {
+		if code != ipc.CodeUnavailable {
+			t.Errorf("%d requests failed with %s", n, code)
+		}
+		failed += n
+	}
+	if failed > 8 || l.dup.Load() > 0 || l.badEcho > 0 {
+		t.Fatalf("failed %d (max 8 in flight), duplicates %d, bad echoes %d", failed, l.dup.Load(), l.badEcho)
+	}
+	t.Logf("re-adopted 4 clusters %v after the new manager started; %d requests failed at the kill", adoptTime.Round(time.Millisecond), failed)
+}

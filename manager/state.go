@@ -1,0 +1,195 @@
+package manager
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/supervise"
+)
+
+// stateFileName is the file in state.dir that lets a restarted manager
+// re-adopt the clusters that outlived its predecessor.
+const stateFileName = "manager-state.json"
+
+// stateVersion is bumped on incompatible changes; a file of another version
+// is ignored (its processes are then unknown and refused).
+const stateVersion = 1
+
+// savedState is what the state file holds: per live process its identity
+// (pid and kernel start time), cluster, generation, a hash of its token and
+// its place in routing; and per generation the command it runs.
+type savedState struct {
+	Version    int                 `json:"version"`
+	ManagerPID int                 `json:"manager_pid"`
+	Written    time.Time           `json:"written"`
+	Generation int64               `json:"generation"`
+	Topology   generation.Topology `json:"topology"`
+	SlotGens   []int64             `json:"slot_generations"`
+	Specs      map[int64]savedSpec `json:"specs"`
+	Procs      []savedProc         `json:"procs"`
+}
+
+type savedSpec struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+}
+
+type savedProc struct {
+	Cluster    int                 `json:"cluster"`
+	Generation int64               `json:"generation"`
+	PID        int                 `json:"pid"`
+	StartTime  uint64              `json:"start_time"`
+	TokenHash  string              `json:"token_sha256"`
+	Topology   generation.Topology `json:"topology"`
+	ShardFirst int                 `json:"shard_first"`
+	ShardLast  int                 `json:"shard_last"`
+	Routed     bool                `json:"routed"`
+	Activated  bool                `json:"activated"`
+}
+
+func hashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+func (m *Manager) statePath() string {
+	if m.cfg.State.Dir == "" {
+		return ""
+	}
+	return filepath.Join(m.cfg.State.Dir, stateFileName)
+}
+
+// collectState describes the manager as it is now.
+func (m *Manager) collectState() savedState {
+	t := m.table()
+	st := savedState{
+		Version: stateVersion, ManagerPID: os.Getpid(), Written: time.Now(),
+		Generation: m.gen, Topology: t.topo, Specs: map[int64]savedSpec{},
+	}
+	for _, s := range t.slots {
+		st.SlotGens = append(st.SlotGens, s.gen)
+	}
+	used := map[int64]bool{m.gen: true}
+	for _, g := range st.SlotGens {
+		used[g] = true
+	}
+	for _, p := range m.procs {
+		if p.state == procExited || p.startTime == 0 {
+			continue
+		}
+		used[p.gen] = true
+		st.Procs = append(st.Procs, savedProc{
+			Cluster: p.cluster, Generation: p.gen, PID: p.pid(), StartTime: p.startTime,
+			TokenHash: p.tokenHash, Topology: p.slot.topo, ShardFirst: p.slot.first, ShardLast: p.slot.last,
+			Routed: m.routedNow(p), Activated: p.activated,
+		})
+	}
+	sort.Slice(st.Procs, func(i, j int) bool { return st.Procs[i].PID < st.Procs[j].PID })
+	for g := range used {
+		if sp, ok := m.specs[g]; ok {
+			st.Specs[g] = savedSpec{Argv: sp.argv, Env: sp.env, Dir: sp.dir}
+		}
+	}
+	return st
+}
+
+// saveState writes the state file atomically (temp file, rename): a reader
+// sees the old file or the new one, never a mix. No fsync: the file only has
+// to survive the manager, not the machine, whose crash takes the clusters too.
+func (m *Manager) saveState() error {
+	path := m.statePath()
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(m.collectState(), "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".state-*")
+	if err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("state file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("state file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("state file: %w", err)
+	}
+	return nil
+}
+
+// maybeSaveState writes the state file if something changed, at most every
+// stateSaveEvery, so a burst of events costs one write.
+func (m *Manager) maybeSaveState(now time.Time) {
+	if !m.stateDirty || now.Sub(m.stateSaved) < stateSaveEvery {
+		return
+	}
+	m.stateDirty = false
+	m.stateSaved = now
+	if err := m.saveState(); err != nil {
+		m.log.Error("cannot write state file; clusters would not be re-adopted after a manager crash", "err", err)
+	}
+}
+
+const stateSaveEvery = 50 * time.Millisecond
+
+// removeState deletes the state file after a clean shutdown: nothing is left
+// to adopt.
+func (m *Manager) removeState() {
+	if path := m.statePath(); path != "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("cannot remove state file", "err", err)
+		}
+	}
+}
+
+// loadState reads the state file a previous manager left, if any.
+func (m *Manager) loadState() (*savedState, error) {
+	path := m.statePath()
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state file: %w", err)
+	}
+	var st savedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("state file %s: %w", path, err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("state file %s: version %d, want %d", path, st.Version, stateVersion)
+	}
+	if err := st.Topology.Validate(); err != nil || len(st.SlotGens) != st.Topology.Clusters() {
+		return nil, fmt.Errorf("state file %s: inconsistent topology", path)
+	}
+	return &st, nil
+}
+
+// adoptable checks a recorded process is still the one recorded and watches it.
+func adoptable(sp savedProc) (supervise.Process, error) {
+	return supervise.Adopt(sp.PID, sp.StartTime)
+}

@@ -1,0 +1,142 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrGone means a process to adopt is no longer the one that was recorded: it
+// exited, or its pid now belongs to another process.
+var ErrGone = errors.New("process is gone")
+
+// StartTime returns the kernel's start time of pid (clock ticks since boot,
+// field 22 of /proc/pid/stat). With the pid it names one process for good:
+// a recycled pid has another start time.
+func StartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: unreadable stat", pid)
+	}
+	fields := strings.Fields(s[i+1:])
+	// fields[0] is the state (field 3); the start time is field 22.
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("pid %d: short stat", pid)
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return 0, fmt.Errorf("pid %d: %w (zombie)", pid, ErrGone)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// Adopt watches a running process this process did not start (a cluster that
+// survived a manager restart) through a pidfd, so its exit is known from the
+// kernel and signals can never reach a recycled pid. start must be the
+// StartTime recorded when it was spawned.
+func Adopt(pid int, start uint64) (Process, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd of %d: %w", pid, err)
+	}
+	// Checked after opening the pidfd: if the start time still matches now,
+	// the pidfd refers to the recorded process.
+	if got, err := StartTime(pid); err != nil || got != start {
+		unix.Close(fd)
+		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrGone)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
+	p := &adopted{pid: pid, f: f, exited: make(chan struct{})}
+	go p.wait()
+	return p, nil
+}
+
+type adopted struct {
+	pid    int
+	f      *os.File
+	exited chan struct{}
+	mu     sync.Mutex
+	status string
+}
+
+// wait blocks in the runtime's poller (no thread held) until the pidfd is
+// readable, which it becomes when the process exits.
+func (p *adopted) wait() {
+	defer close(p.exited)
+	raw, err := p.f.SyscallConn()
+	if err != nil {
+		p.setStatus("unwatchable: " + err.Error())
+		return
+	}
+	err = raw.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	})
+	switch {
+	case err == nil:
+		// Not our child: the exit code belongs to its new parent.
+		p.setStatus("exited (adopted; status unknown)")
+	default:
+		p.setStatus("watch closed: " + err.Error())
+	}
+	p.f.Close()
+}
+
+func (p *adopted) setStatus(s string) {
+	p.mu.Lock()
+	p.status = s
+	p.mu.Unlock()
+}
+
+func (p *adopted) PID() int                { return p.pid }
+func (p *adopted) Exited() <-chan struct{} { return p.exited }
+
+func (p *adopted) ExitStatus() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Signal signals the process group through the pidfd's process: the group id
+// is the pid (clusters lead their group), and the pidfd is checked first so a
+// recycled pid is never signalled.
+func (p *adopted) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	raw, err := p.f.SyscallConn()
+	if err != nil {
+		return nil // closed: exited
+	}
+	var serr error
+	raw.Control(func(fd uintptr) {
+		serr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
+	})
+	if serr != nil {
+		if errors.Is(serr, syscall.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("signal %v to %d: %w", sig, p.pid, serr)
+	}
+	// The rest of its group (an exec'd bot under cluster-harness).
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to group %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
+// Release stops watching (the manager is exiting and leaves the process running).
+func (p *adopted) Release() { p.f.Close() }
