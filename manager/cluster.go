@@ -104,6 +104,10 @@ type proc struct {
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it
+	// seen is when the reader last got any frame from the process (unix ns):
+	// a process busy answering a flood is alive even if its heartbeat is
+	// queued behind its replies.
+	seen atomic.Int64
 
 	sendMu     sync.RWMutex // held (read) by every send to the process
 	sendClosed bool         // QUIESCE sent: requests go elsewhere
@@ -438,7 +442,8 @@ func (m *Manager) scheduleRestart(s *slot) {
 func (e evRestart) apply(m *Manager) {
 	s := e.s
 	s.restartTmr = nil
-	if !s.retiredNow() {
+	if !s.retiredNow() && s.current == nil {
+		m.metrics.restarts.Inc()
 		m.respawn(s)
 	}
 }
@@ -456,7 +461,11 @@ func (m *Manager) checkHeartbeats(now time.Time) {
 		default:
 			continue
 		}
-		if silent := now.Sub(p.lastBeat); silent > limit {
+		last := p.lastBeat
+		if seen := time.Unix(0, p.seen.Load()); seen.After(last) && p.state != procStarting {
+			last = seen
+		}
+		if silent := now.Sub(last); silent > limit {
 			m.log.Warn("cluster missed heartbeats; stopping it", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "silent", silent.Round(time.Millisecond))
 			m.stop(p, "heartbeat timeout")
 		}
@@ -542,11 +551,11 @@ func (m *Manager) shutdown() {
 	for len(m.procs) > 0 {
 		select {
 		case ev := <-m.events:
-			switch ev.(type) {
+			switch ev := ev.(type) {
 			case evRestart:
 				continue // no respawns while stopping
 			case evRegister:
-				ev.(evRegister).res <- registerResult{err: ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")}
+				ev.res <- registerResult{err: ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")}
 				continue
 			}
 			ev.apply(m)

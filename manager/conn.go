@@ -84,6 +84,9 @@ func (m *Manager) serve(c *conn) {
 			m.logClosed(c, err)
 			return
 		}
+		if c.proc != nil {
+			c.proc.seen.Store(time.Now().UnixNano())
+		}
 		f, err := ipc.Decode(line)
 		if err != nil {
 			id := ""

@@ -106,6 +106,8 @@ func (m *Manager) deployProgress() {
 	}
 	m.depLogged = m.dep
 	st := m.dep.Status()
+	m.metrics.deploys.WithLabelValues(string(st.State)).Inc()
+	m.metrics.deployDur.Observe(st.Finished.Sub(st.Started).Seconds())
 	m.log.Info("deploy finished", "deploy", st.ID, "generation", st.Generation, "state", st.State, "reason", st.Reason,
 		"took", st.Finished.Sub(st.Started).Round(time.Millisecond))
 }

@@ -100,7 +100,7 @@ func startLoadAt(t *testing.T, socket string, workers int, targets func(i int) s
 	c, err := ipc.Dial(t.Context(), ipc.ClientConfig{
 		Path:      socket,
 		Reconnect: true,
-		Register: ipc.Frame{Role: ipc.RoleClient, Name: "load"},
+		Register:  ipc.Frame{Role: ipc.RoleClient, Name: "load"},
 		// A REPLY the client could not match is a duplicate (or a stray): count it.
 		Handler: func(_ *ipc.Client, f *ipc.Frame) {
 			if f.Op == ipc.OpReply {

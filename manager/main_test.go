@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/sm-supervisor/sm/config"
@@ -91,6 +92,7 @@ type env struct {
 	t      *testing.T
 	cfg    *config.Config
 	m      *manager.Manager
+	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -119,7 +121,8 @@ func start(t *testing.T, cfg *config.Config) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	m, err := manager.New(manager.Options{Config: cfg, Logger: log})
+	reg := prometheus.NewRegistry()
+	m, err := manager.New(manager.Options{Config: cfg, Logger: log, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +131,7 @@ func start(t *testing.T, cfg *config.Config) *env {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, cfg: cfg, m: m, cancel: cancel, done: make(chan error, 1)}
+	e := &env{t: t, cfg: cfg, m: m, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	go func() { e.done <- m.Run(ctx, ln) }()
 	t.Cleanup(e.stop)
 	return e

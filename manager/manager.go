@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sm-supervisor/sm/backoff"
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/generation"
@@ -37,6 +39,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Rand returns uniform numbers in [0, 1) for backoff jitter.
 	Rand func() float64
+	// Registry receives the manager's Prometheus metrics; nil keeps them unexported.
+	Registry prometheus.Registerer
 }
 
 // Manager supervises the clusters of one bot and routes their messages.
@@ -77,6 +81,7 @@ type Manager struct {
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
 
+	metrics          *metrics
 	feed             hub     // the state feed's subscribers
 	dirty            []*slot // clusters whose state changed during this loop event
 	depPublished     *generation.Deploy
@@ -143,6 +148,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
 	m.routes.Store(newRouteTable(topo, 1))
+	m.metrics = newMetrics(opts.Registry, m)
 	return m, nil
 }
 

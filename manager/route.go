@@ -93,6 +93,7 @@ func (m *Manager) requestTimeout(f *ipc.Frame) time.Duration {
 // forward routes a business op to the process serving its target.
 func (m *Manager) forward(from *conn, f *ipc.Frame) {
 	if m.stopping.Load() {
+		m.metrics.failed.WithLabelValues(ipc.CodeShuttingDown).Inc()
 		from.replyErr(f.ID, ipc.CodeShuttingDown, "manager is shutting down")
 		return
 	}
@@ -100,6 +101,7 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 	cluster, err := table.topo.Resolve(f.Target)
 	if err != nil {
 		if f.ID != "" || errors.Is(err, generation.ErrUnknownTarget) {
+			m.metrics.failed.WithLabelValues(ipc.CodeUnknownTarget).Inc()
 			from.replyErr(f.ID, ipc.CodeUnknownTarget, "%v", err)
 		}
 		return
@@ -183,10 +185,15 @@ func (m *Manager) send(pr *proc, p *pending) {
 	out := ipc.Frame{Op: p.f.Op, Target: p.f.Target, Payload: p.f.Payload}
 	wantsReply := p.origID != "" || p.bc != nil
 	if wantsReply {
+		m.pmu.Lock()
+		if len(m.pending) >= m.cfg.Limits.MaxPending {
+			m.pmu.Unlock()
+			m.fail(p, ipc.Errorf(ipc.CodeBusy, "%d requests in flight (limits.max_pending)", m.cfg.Limits.MaxPending))
+			return
+		}
 		mid := m.reqSeq.Add(1)
 		p.to.Store(pr)
 		p.mid.Store(mid)
-		m.pmu.Lock()
 		m.pending[mid] = p
 		m.pmu.Unlock()
 		if p.done.Load() {
@@ -209,6 +216,7 @@ func (m *Manager) send(pr *proc, p *pending) {
 		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d connection lost", pr.cluster))
 		return
 	}
+	m.metrics.forwarded.Inc()
 	if !wantsReply {
 		p.claim() // fire-and-forget: delivered
 	}
@@ -253,6 +261,9 @@ func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 
 // deliver hands a result to p's sender (or its broadcast).
 func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
+	if e != nil {
+		m.metrics.failed.WithLabelValues(e.Code).Inc()
+	}
 	if p.bc != nil {
 		p.bc.set(p.bcIdx, payload, e)
 		return
@@ -261,6 +272,7 @@ func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
 		return
 	}
 	p.from.send(&ipc.Frame{Op: ipc.OpReply, ID: p.origID, Payload: payload, Error: e})
+	m.metrics.latency.Observe(time.Since(p.queued).Seconds())
 }
 
 // fail completes p with an error, once.

@@ -1,0 +1,609 @@
+package manager_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// Bad input over raw sockets, against a real manager and real simulated
+// clusters. Every case checks two things: the offender gets its stable error
+// code or a clean close, and a bystander client and the clusters carry on as
+// if nothing happened (same processes, no restart, answers within a second).
+
+// badConfig is testConfig with a small frame limit, so oversized frames are
+// cheap to make.
+func badConfig(t *testing.T) *config.Config {
+	cfg := testConfig(t)
+	cfg.Limits.MaxFrameBytes = 4096
+	return cfg
+}
+
+// garbage returns n random bytes with no newline in them, starting with a NUL
+// and an invalid UTF-8 sequence so no seed can make them JSON by chance.
+func garbage(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.UintN(256))
+		if b[i] == '\n' {
+			b[i] = 0
+		}
+	}
+	copy(b, "\x00\xff\xfe\xc3\x28")
+	return b
+}
+
+// pingWorks sends a ping on rc and checks its answer is the next frame.
+func pingWorks(t *testing.T, rc *rawConn, id string) {
+	t.Helper()
+	rc.send(`{"op":"ping","id":"` + id + `","target":"1"}`)
+	f := rc.read(t, 2*time.Second)
+	if f.Op != ipc.OpReply || f.ID != id || f.Error != nil {
+		t.Fatalf("%s: ping after bad input: got %s", rc.name, ipc.Encode(f))
+	}
+}
+
+func TestBadInputGarbageBytes(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+
+	// As the first frame: not_registered, no id (there was none to read), close.
+	rc := e.dialRaw("garbage-first")
+	rc.write(append(garbage(1, 512), '\n'))
+	rc.expectError(t, "", ipc.CodeNotRegistered)
+	rc.expectClosed(t)
+	by.check()
+
+	// After REGISTER: one bad_frame without id per line, and the connection
+	// goes on; several lines in one write resynchronise at each newline.
+	rc = e.rawClient("garbage-later")
+	var buf []byte
+	for seed := range uint64(20) {
+		buf = append(buf, garbage(seed+100, 64+int(seed)*37)...)
+		buf = append(buf, '\n')
+	}
+	rc.write(buf)
+	for range 20 {
+		rc.expectError(t, "", ipc.CodeBadFrame)
+	}
+	pingWorks(t, rc, "after-garbage")
+	by.check()
+}
+
+func TestBadInputMalformedFrames(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient("malformed")
+	for _, tc := range []struct {
+		name, line, id string
+	}{
+		{"not JSON", `hello, manager`, ""},
+		{"truncated JSON", `{"op":"ping","id":"3","target":"0"`, ""},
+		{"JSON array", `["op","ping"]`, ""},
+		{"JSON string", `"ping"`, ""},
+		{"JSON number", `42`, ""},
+		{"JSON null", `null`, ""},
+		{"missing op", `{"id":"7"}`, "7"},
+		{"empty op", `{"op":"","id":"8","target":"0"}`, "8"},
+		{"op not a string", `{"op":1,"id":"9"}`, "9"},
+		{"raw control char in a string", "{\"op\":\"ping\",\"id\":\"10\",\"target\":\"0\x01\"}", ""},
+		{"id not a string", `{"op":"ping","id":11,"target":"0"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc.send(tc.line)
+			rc.expectError(t, tc.id, ipc.CodeBadFrame)
+			pingWorks(t, rc, "after-"+tc.name)
+		})
+	}
+	by.check()
+}
+
+func TestBadInputOversizedFrames(t *testing.T) {
+	cfg := badConfig(t)
+	max := cfg.Limits.MaxFrameBytes
+	e := start(t, cfg)
+	by := newBystander(t, e)
+	// padded returns a ping with id whose JSON object is exactly n bytes.
+	padded := func(id string, n int) string {
+		head := `{"op":"ping","id":"` + id + `","target":"2","pad":"`
+		return head + strings.Repeat("x", n-len(head)-2) + `"}`
+	}
+
+	// Before REGISTER there is nothing to resynchronise for: refuse and close.
+	rc := e.dialRaw("big-first")
+	rc.send(`{"op":"REGISTER","id":"r","role":"client","name":"` + strings.Repeat("n", max) + `"}`)
+	rc.expectError(t, "", ipc.CodeFrameTooLarge)
+	rc.expectClosed(t)
+	by.check()
+
+	// After REGISTER: frame_too_large without id (the frame was never parsed),
+	// and the stream picks up at the next newline, here in the same write.
+	rc = e.rawClient("big-later")
+	rc.write([]byte(padded("big", max+1) + "\n" + `{"op":"ping","id":"next","target":"0"}` + "\n"))
+	rc.expectError(t, "", ipc.CodeFrameTooLarge)
+	if f := rc.read(t, 2*time.Second); f.ID != "next" || f.Error != nil {
+		t.Fatalf("frame after the oversized one: got %s", ipc.Encode(f))
+	}
+	// The limit counts the object, not its newline: exactly max is served.
+	rc.send(padded("exact", max))
+	if f := rc.read(t, 2*time.Second); f.ID != "exact" || f.Error != nil {
+		t.Fatalf("frame of exactly max_frame_bytes: got %s", ipc.Encode(f))
+	}
+	by.check()
+
+	// A line that never ends must not make the manager buffer it: 48 MiB with
+	// no newline, while the bystander keeps being served.
+	const huge = 48 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	wrote := make(chan error, 1)
+	go func() {
+		chunk := bytes.Repeat([]byte("y"), 64<<10)
+		rc.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		for n := 0; n < huge; n += len(chunk) {
+			if _, err := rc.nc.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	for done := false; !done; {
+		select {
+		case err := <-wrote:
+			if err != nil {
+				t.Fatalf("writing the endless line: %v", err)
+			}
+			done = true
+		default:
+			if d := by.ping(3); d > time.Second {
+				t.Fatalf("bystander ping took %v during the endless line", d)
+			}
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+		t.Errorf("heap grew by %d MiB while reading a %d MiB line", grew>>20, huge>>20)
+	}
+	rc.send("")
+	rc.expectError(t, "", ipc.CodeFrameTooLarge)
+	pingWorks(t, rc, "after-endless-line")
+	by.check()
+}
+
+func TestBadInputFirstFrameNotRegister(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.dialRaw("no-register")
+	rc.send(`{"op":"ping","id":"x","target":"0"}`)
+	rc.expectError(t, "x", ipc.CodeNotRegistered)
+	rc.expectClosed(t)
+
+	// Without an id the refusal carries none.
+	rc = e.dialRaw("no-register-no-id")
+	rc.send(`{"op":"HEARTBEAT","ready":true}`)
+	rc.expectError(t, "", ipc.CodeNotRegistered)
+	rc.expectClosed(t)
+
+	// A frame that is an object without op still gets its id back.
+	rc = e.dialRaw("no-op")
+	rc.send(`{"id":"y"}`)
+	rc.expectError(t, "y", ipc.CodeNotRegistered)
+	rc.expectClosed(t)
+	by.check()
+}
+
+// tokenOf reads SM_TOKEN from a spawned process's environment (the test runs
+// as root, as an attacker who stole the token would need to be).
+func tokenOf(t *testing.T, pid int) string {
+	t.Helper()
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		t.Skipf("cannot read the environment of pid %d: %v", pid, err)
+	}
+	for kv := range bytes.SplitSeq(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("SM_TOKEN=")); ok {
+			return string(v)
+		}
+	}
+	t.Fatalf("pid %d has no SM_TOKEN", pid)
+	return ""
+}
+
+func clusterRegister(id string, cluster int, gen int64, token string) string {
+	return fmt.Sprintf(`{"op":"REGISTER","id":%q,"role":"cluster","cluster":%d,"generation":%d,"token":%q,"pid":%d}`,
+		id, cluster, gen, token, os.Getpid())
+}
+
+func TestBadInputClusterRegister(t *testing.T) {
+	cfg := badConfig(t)
+	// Cluster 3 runs a process that never connects, so its slot is free and
+	// its token unused: only the peer check stands between a thief and it.
+	script := filepath.Join(t.TempDir(), "cluster.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
+		"if [ \"$SM_CLUSTER\" = 3 ]; then exec sleep 60; fi\n"+
+		"exec '"+harnessBin+"' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cluster.Command = append([]string{script}, cfg.Cluster.Command[1:]...)
+	cfg.Heartbeat.StartTimeout = durationOf(time.Minute)
+	e := start(t, cfg)
+	by := newBystander(t, e, 0, 1, 2)
+	var sleeper int
+	waitFor(t, 5*time.Second, "cluster 3 spawned", func() bool {
+		sleeper = e.status().Clusters[3].PID
+		return sleeper != 0
+	})
+	live := tokenOf(t, by.pids[0])
+	free := tokenOf(t, sleeper)
+
+	refused := func(name, line, id, code string) string {
+		t.Helper()
+		rc := e.dialRaw(name)
+		rc.send(line)
+		f := rc.read(t, 5*time.Second)
+		if f.Op != ipc.OpReply || f.ID != id || f.Error == nil || f.Error.Code != code {
+			t.Fatalf("%s: got %s, want REPLY id=%q error %s", name, ipc.Encode(f), id, code)
+		}
+		rc.expectClosed(t)
+		return f.Error.Message
+	}
+	refused("wrong token", clusterRegister("1", 0, 1, strings.Repeat("0", len(live))), "1", ipc.CodeForbidden)
+	refused("empty token", clusterRegister("2", 0, 1, ""), "2", ipc.CodeForbidden)
+	refused("token of another cluster", clusterRegister("3", 1, 1, live), "3", ipc.CodeForbidden)
+	refused("live slot, wrong peer", clusterRegister("4", 0, 1, live), "4", ipc.CodeForbidden)
+	if msg := refused("free slot, wrong peer", clusterRegister("5", 3, 1, free), "5", ipc.CodeForbidden); !strings.Contains(msg, "peer") {
+		t.Errorf("free slot with the right token refused for %q, want the peer check", msg)
+	}
+	refused("wrong generation", clusterRegister("6", 3, 2, free), "6", ipc.CodeForbidden)
+	refused("generation 0", clusterRegister("7", 3, 0, free), "7", ipc.CodeForbidden)
+	refused("cluster out of range", clusterRegister("8", 99, 1, free), "8", ipc.CodeForbidden)
+	refused("negative cluster", clusterRegister("9", -1, 1, free), "9", ipc.CodeForbidden)
+	refused("no cluster field", `{"op":"REGISTER","id":"10","role":"cluster","generation":1,"token":"`+free+`"}`, "10", ipc.CodeBadFrame)
+	refused("unknown role", `{"op":"REGISTER","id":"11","role":"admin","name":"x"}`, "11", ipc.CodeBadFrame)
+	refused("no role", `{"op":"REGISTER","id":"12","name":"x"}`, "12", ipc.CodeBadFrame)
+
+	// The free slot is still free and its process untouched.
+	if c := e.status().Clusters[3]; c.State != "starting" || c.PID != sleeper || c.Restarts != 0 {
+		t.Fatalf("cluster 3 disturbed by refused REGISTERs: %+v", c)
+	}
+	by.check()
+}
+
+func TestBadInputDuplicateRegister(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient("dup")
+	rc.send(`{"op":"REGISTER","id":"again","role":"client","name":"dup"}`)
+	rc.expectError(t, "again", ipc.CodeForbidden)
+	pingWorks(t, rc, "after-dup")
+	// Switching role is no way round it.
+	rc.send(`{"op":"REGISTER","id":"as-cluster","role":"cluster","cluster":0,"generation":1,"token":"x"}`)
+	rc.expectError(t, "as-cluster", ipc.CodeForbidden)
+	rc.send(`{"op":"REGISTER","role":"client","name":"dup"}`)
+	rc.expectError(t, "", ipc.CodeForbidden)
+	pingWorks(t, rc, "after-dup-2")
+	by.check()
+}
+
+func TestBadInputUnknownReplyID(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient("replier")
+	for _, line := range []string{
+		`{"op":"REPLY","id":"nope","payload":{}}`,
+		`{"op":"REPLY","id":"1","payload":{}}`, // a plausible manager id: still not this client's to answer
+		`{"op":"REPLY","payload":{}}`,
+		`{"op":"REPLY","id":"2","error":{"code":"timeout","message":"x"}}`,
+	} {
+		rc.send(line)
+		rc.expectError(t, "", ipc.CodeUnknownID)
+	}
+	pingWorks(t, rc, "after-reply")
+	by.check()
+}
+
+func TestBadInputBadTarget(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient("targets")
+	for i, line := range []string{
+		`{"op":"ping","id":"%s"}`,
+		`{"op":"ping","id":"%s","target":""}`,
+		`{"op":"ping","id":"%s","target":"99"}`,
+		`{"op":"ping","id":"%s","target":"4"}`,
+		`{"op":"ping","id":"%s","target":"-1"}`,
+		`{"op":"ping","id":"%s","target":"+1"}`,
+		`{"op":"ping","id":"%s","target":"shard:999"}`,
+		`{"op":"ping","id":"%s","target":"shard:8"}`,
+		`{"op":"ping","id":"%s","target":"guild:abc"}`,
+		`{"op":"ping","id":"%s","target":"nowhere"}`,
+	} {
+		id := "t" + strconv.Itoa(i)
+		rc.send(fmt.Sprintf(line, id))
+		rc.expectError(t, id, ipc.CodeUnknownTarget)
+	}
+	// A notification (no id) to nowhere still learns why, without an id.
+	rc.send(`{"op":"ping","target":"99"}`)
+	rc.expectError(t, "", ipc.CodeUnknownTarget)
+	pingWorks(t, rc, "after-targets")
+	by.check()
+}
+
+// A client that sends and never reads fills its outbound queue and is cut off;
+// while it is being fed, nobody else waits on it.
+func TestBadInputClientNeverReads(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.MaxFrameBytes = 128 << 10
+	cfg.Limits.MaxQueue = 64
+	cfg.Limits.MaxQueueBytes = 1 << 20
+	e := start(t, cfg)
+	by := newBystander(t, e)
+	slow := e.rawClient("never-reads")
+
+	payload := `"` + strings.Repeat("z", 64<<10) + `"`
+	const frames = 5000
+	fed := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		// Not rc.write: its failure is the expected outcome here.
+		slow.nc.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		for i := range frames {
+			line := fmt.Sprintf(`{"op":"echo","id":"s%d","target":"%d","payload":%s}`+"\n", i, i%4, payload)
+			if _, err := slow.nc.Write([]byte(line)); err != nil {
+				fed <- err
+				return
+			}
+		}
+		fed <- nil
+	}()
+	var worst time.Duration
+	var err error
+feeding:
+	for {
+		select {
+		case err = <-fed:
+			break feeding
+		default:
+			for _, i := range by.clusters {
+				worst = max(worst, by.ping(i))
+			}
+		}
+	}
+	cut := time.Since(began)
+	if err == nil {
+		t.Fatalf("the manager took all %d requests of a client that never reads", frames)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("client that never reads was not cut off: its writes blocked for %v", cut)
+	}
+	if cut > 5*time.Second {
+		t.Errorf("cut off after %v, want a few seconds at most", cut)
+	}
+	slow.expectClosed(t)
+	if worst > time.Second {
+		t.Errorf("bystander ping took %v while the slow client was fed", worst)
+	}
+	t.Logf("slow client cut off after %v (%v); worst bystander ping %v", cut.Round(time.Millisecond), err, worst)
+	by.check()
+}
+
+// A burst of requests for a cluster that is briefly not reading (stopped
+// here; a GC pause or a busy machine does the same) must not get the cluster
+// cut off: its queue is shared with everyone else's requests. The sender of
+// the requests that do not fit learns busy; the cluster stays.
+func TestBadInputRequestBurstDoesNotCutOffCluster(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.MaxFrameBytes = 128 << 10
+	cfg.Limits.MaxQueue = 64
+	cfg.Limits.MaxQueueBytes = 1 << 20
+	cfg.Heartbeat.Timeout = durationOf(3 * time.Second) // the pause is not a hang
+	e := start(t, cfg)
+	by := newBystander(t, e)
+	burst := e.rawClient("burst")
+
+	pid := by.pids[0]
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	payload := `"` + strings.Repeat("b", 64<<10) + `"`
+	const n = 48 // 3 MiB: three times the queue bound
+	for i := range n {
+		burst.send(fmt.Sprintf(`{"op":"echo","id":"b%d","target":"0","payload":%s}`, i, payload))
+	}
+	// Let the manager take the whole burst while the cluster reads nothing.
+	time.Sleep(300 * time.Millisecond)
+	by.ping(1)
+	resume()
+
+	codes := map[string]int{}
+	for range n {
+		f := burst.read(t, 5*time.Second)
+		switch {
+		case f.Error == nil:
+			codes["ok"]++
+		default:
+			codes[f.Error.Code]++
+		}
+	}
+	t.Logf("burst of %d: %v", n, codes)
+	if codes["ok"]+codes[ipc.CodeBusy] != n || codes[ipc.CodeBusy] == 0 {
+		t.Errorf("burst replies %v, want only ok and busy, some busy", codes)
+	}
+	pingWorks(t, burst, "after-burst")
+	by.check()
+}
+
+// A peer whose uid is not allowed is refused before REGISTER is read. The peer
+// is this test binary re-exec'd as nobody (see helperRegister).
+func TestBadInputUIDNotAllowed(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a helper as another uid")
+	}
+	const nobody = 65534
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+
+	// nobody must be able to reach the socket and run the binary: the
+	// directories t.TempDir makes are 0700, as is go test's build directory.
+	binDir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "manager.test")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sockDir := filepath.Dir(e.cfg.Socket)
+	for _, p := range []string{filepath.Dir(sockDir), sockDir, binDir} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(e.cfg.Socket, 0o666); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "-test.run=^TestHelperProcess$")
+	cmd.Env = []string{helperEnv + "=register", helperSocketEnv + "=" + e.cfg.Socket}
+	cmd.Dir = binDir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	got := string(out)
+	t.Logf("helper as uid %d:\n%s%s", nobody, got, stderr.String())
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 2 || lines[1] != "closed" {
+		t.Fatalf("helper saw %q, want one refusal and a close", lines)
+	}
+	f, err := ipc.Decode([]byte(strings.TrimPrefix(lines[0], "frame ")))
+	if err != nil {
+		t.Fatalf("helper's frame: %v", err)
+	}
+	// The refusal comes before REGISTER is read, so it cannot carry its id.
+	if f.Op != ipc.OpReply || f.ID != "" || f.Error == nil || f.Error.Code != ipc.CodeForbidden {
+		t.Fatalf("helper got %s, want a forbidden REPLY", ipc.Encode(f))
+	}
+	by.check()
+}
+
+func TestBadInputStructuralOpsFromClient(t *testing.T) {
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient("impostor")
+	for _, tc := range []struct{ line, id string }{
+		{`{"op":"HEARTBEAT","id":"h","ready":true,"payload":{"fake":true}}`, "h"},
+		{`{"op":"HEARTBEAT","ready":false}`, ""},
+		{`{"op":"QUIESCED","id":"qd"}`, "qd"},
+		{`{"op":"QUIESCED"}`, ""},
+		{`{"op":"QUIESCE","id":"q"}`, "q"},
+		{`{"op":"QUIESCE","target":"0"}`, ""},
+		{`{"op":"ACTIVATE","id":"a","target":"1"}`, "a"},
+		{`{"op":"ACTIVATE"}`, ""},
+	} {
+		rc.send(tc.line)
+		rc.expectError(t, tc.id, ipc.CodeForbidden)
+	}
+	pingWorks(t, rc, "after-impostor")
+	// No cluster was quiesced, re-activated or fed a fake heartbeat.
+	for _, c := range e.status().Clusters {
+		if bytes.Contains(c.Heartbeat, []byte("fake")) {
+			t.Errorf("cluster %d shows the client's heartbeat payload", c.ID)
+		}
+	}
+	by.check()
+}
+
+func TestBadInputConnectionFlood(t *testing.T) {
+	cfg := badConfig(t)
+	cfg.Limits.MaxConnections = 8
+	e := start(t, cfg)
+	by := newBystander(t, e) // 4 clusters + the bystander: 5 of 8
+	var kept []*rawConn
+	for i := range 3 {
+		kept = append(kept, e.rawClient("kept"+strconv.Itoa(i)))
+	}
+	for i := range 4 {
+		rc := e.dialRaw("extra" + strconv.Itoa(i))
+		rc.expectError(t, "", ipc.CodeBusy)
+		rc.expectClosed(t)
+	}
+	for i, rc := range kept {
+		pingWorks(t, rc, "kept"+strconv.Itoa(i))
+	}
+	by.check()
+
+	// A freed place is available again.
+	kept[0].nc.Close()
+	waitFor(t, 5*time.Second, "a connection accepted again", func() bool {
+		nc, err := net.Dial("unix", e.cfg.Socket)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(2 * time.Second))
+		nc.Write([]byte(`{"op":"REGISTER","id":"r","role":"client","name":"late"}` + "\n"))
+		line, err := ipc.NewReader(nc, 1<<20).ReadFrame()
+		if err != nil {
+			return false
+		}
+		f, err := ipc.Decode(line)
+		return err == nil && f.ID == "r" && f.Error == nil
+	})
+	by.check()
+}
+
+func TestBadInputSilentConnection(t *testing.T) {
+	cfg := badConfig(t)
+	cfg.Limits.RegisterTimeout = durationOf(300 * time.Millisecond)
+	e := start(t, cfg)
+	by := newBystander(t, e)
+
+	silent := e.dialRaw("silent")
+	partial := e.dialRaw("partial")
+	began := time.Now()
+	partial.write([]byte(`{"op":"REGISTER","id":"p","ro`)) // and never the rest
+	for _, rc := range []*rawConn{silent, partial} {
+		rc.expectError(t, "", ipc.CodeNotRegistered)
+		rc.expectClosed(t)
+	}
+	if took := time.Since(began); took < 250*time.Millisecond || took > 3*time.Second {
+		t.Errorf("silent connections closed after %v, want about register_timeout (300ms)", took)
+	}
+	by.check()
+}

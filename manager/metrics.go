@@ -1,0 +1,121 @@
+package manager
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the manager's Prometheus instruments. Counters and the latency
+// histogram are updated on the paths they count; per-cluster gauges are
+// read from a status snapshot at scrape time (see collector).
+type metrics struct {
+	forwarded prometheus.Counter
+	failed    *prometheus.CounterVec // by error code
+	latency   prometheus.Histogram
+	restarts  prometheus.Counter
+	deploys   *prometheus.CounterVec // by final state
+	deployDur prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
+	mt := &metrics{
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sm_requests_forwarded_total",
+			Help: "Business ops forwarded to a cluster process.",
+		}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sm_requests_failed_total",
+			Help: "Requests answered with an error by the manager or a cluster, by error code.",
+		}, []string{"code"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sm_request_duration_seconds",
+			Help:    "Time from a request's arrival to its reply leaving the manager.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12),
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sm_cluster_restarts_total",
+			Help: "Cluster processes respawned after an exit.",
+		}),
+		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sm_deploys_total",
+			Help: "Finished deploys by final state.",
+		}, []string{"state"}),
+		deployDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sm_deploy_duration_seconds",
+			Help:    "Wall time of finished deploys.",
+			Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur, collector{m})
+	}
+	return mt
+}
+
+// collector reports per-cluster state from a snapshot taken on the loop.
+type collector struct{ m *Manager }
+
+var (
+	descState = prometheus.NewDesc("sm_clusters", "Clusters by state.", []string{"state"}, nil)
+	descBeat  = prometheus.NewDesc("sm_cluster_heartbeat_age_seconds", "Time since the cluster's last heartbeat.", []string{"cluster"}, nil)
+	descRest  = prometheus.NewDesc("sm_cluster_restarts", "Restarts of the cluster since the manager started.", []string{"cluster"}, nil)
+	descLoop  = prometheus.NewDesc("sm_cluster_crash_loop", "1 while the cluster is in a crash loop.", []string{"cluster"}, nil)
+	descWait  = prometheus.NewDesc("sm_cluster_waiting_requests", "Requests queued while the cluster has no routed process.", []string{"cluster"}, nil)
+	descGen   = prometheus.NewDesc("sm_cluster_generation", "Generation the cluster's process runs.", []string{"cluster"}, nil)
+	descPend  = prometheus.NewDesc("sm_requests_in_flight", "Requests forwarded and awaiting a reply.", nil, nil)
+	descSubs  = prometheus.NewDesc("sm_feed_subscribers", "State feed subscribers (status page, sm-api).", nil, nil)
+	descConns = prometheus.NewDesc("sm_connections", "Registered or registering socket connections.", nil, nil)
+	descDepl  = prometheus.NewDesc("sm_deploy_running", "1 while a deploy is running.", nil, nil)
+)
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descState, descBeat, descRest, descLoop, descWait, descGen, descPend, descSubs, descConns, descDepl} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	m.pmu.Lock()
+	inflight := len(m.pending)
+	m.pmu.Unlock()
+	m.cmu.Lock()
+	conns := len(m.conns)
+	m.cmu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descPend, prometheus.GaugeValue, float64(inflight))
+	ch <- prometheus.MustNewConstMetric(descSubs, prometheus.GaugeValue, float64(m.feed.count()))
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(conns))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := m.Status(ctx)
+	if err != nil {
+		return // the loop is stopped or wedged: per-cluster gauges are absent
+	}
+	running := 0.0
+	if st.Deploy != nil && st.Deploy.Finished.IsZero() {
+		running = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDepl, prometheus.GaugeValue, running)
+	states := map[string]int{}
+	for _, cs := range st.Clusters {
+		states[cs.State]++
+		id := strconv.Itoa(cs.ID)
+		if cs.HeartbeatMS >= 0 {
+			ch <- prometheus.MustNewConstMetric(descBeat, prometheus.GaugeValue, float64(cs.HeartbeatMS)/1000, id)
+		}
+		ch <- prometheus.MustNewConstMetric(descRest, prometheus.CounterValue, float64(cs.Restarts), id)
+		loop := 0.0
+		if cs.CrashLoop {
+			loop = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLoop, prometheus.GaugeValue, loop, id)
+		ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, float64(cs.Waiting), id)
+		ch <- prometheus.MustNewConstMetric(descGen, prometheus.GaugeValue, float64(cs.Generation), id)
+	}
+	for _, s := range []string{"starting", "registered", "ready", "quiescing", "stopping", "restarting", "crash_loop"} {
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, float64(states[s]), s)
+	}
+}

@@ -1,0 +1,92 @@
+package manager_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// scrape fetches /metrics as Prometheus would and parses the text format.
+func (e *env) scrape() map[string]float64 {
+	e.t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		e.t.Fatalf("scrape does not parse: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			key := name
+			for _, l := range m.GetLabel() {
+				key += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[key+"_count"] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func TestMetricsMove(t *testing.T) {
+	e := start(t, testConfig(t))
+	st := e.waitAllReady()
+	before := e.scrape()
+	if before["sm_clusters{state=ready}"] != 4 {
+		t.Fatalf("sm_clusters{ready} = %v", before["sm_clusters{state=ready}"])
+	}
+	c := e.client("m")
+	for range 10 {
+		if _, err := request(t, c, "ping", "0", nil, 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(t, c, "ping", "99", nil, 3*time.Second)
+	syscall.Kill(st.Clusters[2].PID, syscall.SIGKILL)
+	waitFor(t, 10*time.Second, "cluster 2 back", func() bool { return e.status().Clusters[2].Restarts == 1 && e.status().Clusters[2].Routed })
+	after := e.scrape()
+	for key, min := range map[string]float64{
+		"sm_requests_forwarded_total":                                  before["sm_requests_forwarded_total"] + 10,
+		"sm_request_duration_seconds_count":                            10,
+		"sm_requests_failed_total{code=" + ipc.CodeUnknownTarget + "}": 1,
+		"sm_cluster_restarts_total":                                    1,
+		"sm_cluster_restarts{cluster=2}":                               1,
+		"sm_connections":                                               5,
+	} {
+		if after[key] < min {
+			t.Errorf("%s = %v, want at least %v", key, after[key], min)
+		}
+	}
+	if !strings.Contains(strings.Join(keys(after), " "), "sm_cluster_heartbeat_age_seconds{cluster=3}") {
+		t.Error("no heartbeat age for cluster 3")
+	}
+}
+
+func keys(m map[string]float64) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
