@@ -48,7 +48,6 @@ func TestBridgeRoundTrip(t *testing.T) {
 
 	c.Send(`{"op":"QUIESCE"}`)
 	c.ExpectOp(wait, ipc.OpQuiesced)
-	c.ExpectOp(wait, opFlush)
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after the child quiesced = %v", err)
 	}

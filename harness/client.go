@@ -122,22 +122,16 @@ func sendAndFlush(c *ipc.Client, f *ipc.Frame) error {
 	return flush(c)
 }
 
-// flush returns once the manager has read every frame c sent so far, or after
-// flushTimeout. It is needed because ending an ipc.Client drops frames still
-// queued. It asks for one more REPLY: the manager reads a connection in order
-// and answers every frame that has an id (this one, having no target, with
-// unknown_target), so its REPLY proves that what was sent before it arrived.
-// The exception is unavailable, which the Client makes up itself when the
-// connection drops.
+// flush returns once every frame c sent so far has been written to the
+// socket, or after flushTimeout. It is needed because ending an ipc.Client
+// drops frames still queued.
 func flush(c *ipc.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	_, err := c.Request(ctx, &ipc.Frame{Op: opFlush})
-	var replyErr *ipc.Error
-	if err == nil || errors.As(err, &replyErr) && replyErr.Code != ipc.CodeUnavailable {
-		return nil
+	if err := c.Flush(ctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
 	}
-	return fmt.Errorf("flush: %w", err)
+	return nil
 }
 
 // offer puts v in ch (capacity 1), replacing a value not yet taken: the reader

@@ -22,10 +22,6 @@ const (
 // bot cannot use. It is the bot's own code, not one of the protocol's.
 const CodeBadRequest = "bad_request"
 
-// opFlush is the op of the request that proves the manager has read everything
-// sent before it; see flush.
-const opFlush = "harness.flush"
-
 // Pong is the answer to ping.
 type Pong struct {
 	Pong       bool  `json:"pong"`

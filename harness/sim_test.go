@@ -188,10 +188,9 @@ func TestSimLifecycle(t *testing.T) {
 		t.Fatalf("ping after reconnect: %v", p.Error)
 	}
 
-	// QUIESCE: QUIESCED, made sure of by a flush request, then Run returns.
+	// QUIESCE: QUIESCED, flushed to the socket, then Run returns.
 	c2.Send(`{"op":"QUIESCE"}`)
 	c2.ExpectOp(wait, ipc.OpQuiesced)
-	c2.ExpectOp(wait, opFlush)
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after QUIESCE = %v", err)
 	}

@@ -299,6 +299,18 @@ func (c *Client) Send(f *Frame) error {
 	return conn.SendFrame(f)
 }
 
+// Flush waits until every frame sent so far has been written to the socket,
+// so that it reaches the manager even if the process exits right after.
+func (c *Client) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		return ErrUnavailable
+	}
+	return conn.Flush(ctx)
+}
+
 // Reply answers request id with a payload or, if e is not nil, an error.
 func (c *Client) Reply(id string, payload json.RawMessage, e *Error) error {
 	if id == "" {

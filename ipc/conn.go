@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"context"
 	"bufio"
 	"errors"
 	"io"
@@ -210,6 +211,8 @@ type Conn struct {
 	closing bool   // no more sends; the writer flushes, then closes nc
 	cause   error  // why the connection ended, if not a clean close
 
+	written uint64 // bytes the writer has handed to the socket, under mu
+
 	spare []byte // owned by the writer goroutine
 	wake  chan struct{}
 	done  chan struct{}
@@ -350,6 +353,9 @@ func (c *Conn) writeLoop() {
 				c.fail(err)
 				return
 			}
+			c.mu.Lock()
+			c.written += uint64(len(buf))
+			c.mu.Unlock()
 			// Keep the buffer for the next batch unless a burst made it huge:
 			// an idle connection should not pin megabytes. (spare must never be
 			// the array c.out now uses, so it is dropped, not left as it was.)
@@ -357,6 +363,35 @@ func (c *Conn) writeLoop() {
 			if cap(buf) > maxSpare {
 				c.spare = nil
 			}
+		}
+	}
+}
+
+// Flush waits until every frame queued before the call has been written to
+// the socket (the kernel then delivers it even if this end closes), or until
+// ctx is done or the connection fails.
+func (c *Conn) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	target := c.written + uint64(len(c.out))
+	c.mu.Unlock()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		c.mu.Lock()
+		done, cause := c.written >= target, c.cause
+		c.mu.Unlock()
+		switch {
+		case done:
+			return nil
+		case cause != nil:
+			return cause
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		case <-tick.C:
 		}
 	}
 }

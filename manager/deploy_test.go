@@ -393,3 +393,40 @@ func TestReclusteringUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// A manager stopped in the middle of a deploy aborts it and still stops every
+// process, old and new, within its shutdown bound.
+func TestShutdownMidDeploy(t *testing.T) {
+	cfg := deployConfig(t)
+	e := startFromFile(t, cfg)
+	before := e.waitAllReady()
+	c := e.client("deployer")
+	if _, err := e.redeploy(c, func(n *config.Config) {
+		n.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS": "--connect-delay=200ms"}
+	}, nil, 2); err != nil {
+		t.Fatal(err)
+	}
+	var mid manager.Status
+	waitFor(t, 10*time.Second, "deploy under way", func() bool {
+		mid = e.status()
+		return mid.Deploy != nil && mid.Deploy.Clusters[0].Phase != generation.PhasePending
+	})
+	var pids []int
+	for _, cs := range mid.Deploy.Clusters {
+		if cs.New != nil {
+			for _, p := range before.Clusters {
+				pids = append(pids, p.PID)
+			}
+		}
+	}
+	start := time.Now()
+	e.stop()
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("shutdown mid-deploy took %v", took)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d alive after shutdown", pid)
+		}
+	}
+}
