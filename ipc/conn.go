@@ -1,8 +1,8 @@
 package ipc
 
 import (
-	"context"
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
