@@ -389,6 +389,12 @@ func (m *Manager) unroute(p *proc) {
 	m.failProcPending(p)
 }
 
+// exitDrainWait bounds how long the connection of an exited process may take
+// to deliver what the process wrote before it died.
+const exitDrainWait = time.Second
+
+var errProcessExited = errors.New("cluster process exited")
+
 // routedNow reports whether the table in force routes to p.
 func (m *Manager) routedNow(p *proc) bool {
 	t := m.table()
@@ -402,10 +408,17 @@ func (e evExit) apply(m *Manager) {
 	delete(m.procs, p.seq)
 	m.touch(p.slot)
 	if c := p.conn.Load(); c != nil {
-		c.c.Close()
-		p.conn.Store(nil)
+		// Its last replies may still sit unread in the socket: the reader
+		// drains them, reaches EOF, and its disconnect fails what is left.
+		// A descendant holding the socket open must not stall that forever.
+		p.dead.Store(true)
+		if m.routedNow(p) {
+			m.setRoute(p.slot, nil)
+		}
+		time.AfterFunc(exitDrainWait, func() { c.c.Abort(errProcessExited) })
+	} else {
+		m.unroute(p)
 	}
-	m.unroute(p)
 	s := p.slot
 	status := p.process.ExitStatus()
 	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", wasStopping)
