@@ -84,10 +84,13 @@ func (t Topology) Resolve(target string) (int, error) {
 	}
 }
 
-// isDigits reports whether s is a plain decimal number. Atoi alone would also take
-// "+3" and "-0", and a target has one spelling so that every implementation of
-// the protocol agrees on what it names.
+// isDigits reports whether s is a plain decimal number without leading zeros.
+// Atoi alone would also take "+3", "-0" and "03", and a target has one spelling
+// so that every implementation of the protocol agrees on what it names.
 func isDigits(s string) bool {
+	if len(s) > 1 && s[0] == '0' {
+		return false
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false

@@ -130,7 +130,6 @@ func TestResolve(t *testing.T) {
 		{"*", generation.All},
 		{"0", 0},
 		{"2", 2},
-		{"02", 2}, // leading zeros are still the number
 		{"shard:0", 0},
 		{"shard:3", 0},
 		{"shard:4", 1},
@@ -154,7 +153,8 @@ func TestResolveErrors(t *testing.T) {
 	for _, target := range []string{
 		"",                                                     // no target
 		"3", "99", "-1", "+1", "1.0", " 1", "1 ", "one", "0x1", // cluster ids
-		"99999999999999999999999", // beyond int
+		"99999999999999999999999",          // beyond int
+		"02", "00", "shard:03", "guild:01", // one spelling: no leading zeros
 		"-0", "shard:10", "shard:-1", "shard:+1", "shard:-0", "shard:", "shard:x", "shard: 1", "shard:99999999999999999999",
 		"guild:", "guild:x", "guild:-1", "guild:+1", "guild:1.5", "guild:18446744073709551616", "guild: 1",
 		"Guild:1", "SHARD:1", "cluster:1", "**", "all",

@@ -22,10 +22,10 @@ func (m *Manager) restore() bool {
 	}
 	m.routes.Store(t)
 	m.gen = st.Generation
+	// What each generation runs is what it ran: a command edited in the
+	// config since then reaches the clusters only through a DEPLOY.
 	for g, sp := range st.Specs {
-		if _, ok := m.specs[g]; !ok || g != 1 {
-			m.specs[g] = spec{argv: sp.Argv, env: sp.Env, dir: sp.Dir}
-		}
+		m.specs[g] = spec{argv: sp.Argv, env: sp.Env, dir: sp.Dir}
 	}
 	if cfgTopo := m.cfg.Topology.Generation(); cfgTopo != st.Topology {
 		m.log.Warn("config topology differs from the running one; a DEPLOY applies it",
@@ -52,36 +52,27 @@ func (m *Manager) restore() bool {
 			// so it can register and be quiesced.
 			p.slot = &slot{id: sp.Cluster, first: sp.ShardFirst, last: sp.ShardLast, topo: sp.Topology, gen: sp.Generation, retired: true}
 		}
-		s := p.slot
-		switch {
-		case sp.Routed && !s.retired && s.current == nil:
-			s.current = p
-			p.wasRouted = true
-		case !s.retired && s.current == nil && !sp.Routed:
-			// Not routed when the manager died (starting, or restarting): it
-			// is the cluster's process unless a routed one turns up.
-			s.current = p
-		default:
-			p.stale = true
-		}
 		m.procs[p.seq] = p
 		m.watchExit(p)
 		adopted++
 		m.log.Info("awaiting surviving cluster", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "routed", sp.Routed)
-	}
-	// A routed process outranks an unrouted one recorded for the same cluster.
-	for _, p := range m.procs {
-		if p.wasRouted {
-			continue
-		}
-		if cur := p.slot.current; cur != nil && cur != p && cur.wasRouted {
-			p.stale = true
+		if sp.Routed && !p.slot.retired {
+			p.wasRouted = true
 		}
 	}
-	for _, p := range m.procs {
-		if p.slot.current != p && !p.stale {
-			p.stale = true
+	// Which survivor is each cluster's: the one routed when the manager died
+	// (during a deploy, the new generation once switched); failing that, an
+	// unrouted one (starting or restarting then). Every other is stale and
+	// is quiesced once it reconnects.
+	for _, pass := range []bool{true, false} {
+		for _, p := range m.procs {
+			if p.wasRouted == pass && !p.slot.retired && p.slot.current == nil {
+				p.slot.current = p
+			}
 		}
+	}
+	for _, p := range m.procs {
+		p.stale = p.slot.current != p
 	}
 	if adopted > 0 {
 		window := m.cfg.State.AdoptWindow.Duration

@@ -316,7 +316,8 @@ func (m *Manager) becameReady(p *proc) {
 }
 
 func (m *Manager) activate(p *proc) {
-	if p.activated {
+	// A process told to stop taking work is never made the active one.
+	if p.activated || p.state >= procQuiescing {
 		return
 	}
 	if c := p.conn.Load(); c != nil {
@@ -336,6 +337,9 @@ func (m *Manager) setRoute(s *slot, p *proc) {
 		return
 	}
 	m.routes.Store(m.table().with(s.id, p))
+	if p != nil {
+		s.gen = p.gen // the code version serving it: what a respawn runs
+	}
 	m.touch(s)
 	var waiting []*pending
 	if p.usable() {
@@ -511,6 +515,15 @@ func (m *Manager) stop(p *proc, reason string) {
 // stopConfirmWait is how long after SIGKILL a stop waits for the kernel.
 const stopConfirmWait = 10 * time.Second
 
+type evQuiesceTimeout struct{ p *proc }
+
+func (e evQuiesceTimeout) apply(m *Manager) {
+	if e.p.state == procQuiescing {
+		m.log.Warn("cluster did not exit within deploy.quiesce_timeout after QUIESCE; stopping it", "cluster", e.p.cluster, "generation", e.p.gen, "pid", e.p.pid())
+		m.stop(e.p, "quiesce timeout")
+	}
+}
+
 // ErrNotConnected means a process has no live connection to the manager.
 var ErrNotConnected = errors.New("process is not connected")
 
@@ -536,6 +549,9 @@ func (m *Manager) quiesce(p *proc) {
 	}
 	p.state = procQuiescing
 	m.touch(p.slot)
+	// Bounded everywhere, not only in deploys: a process that never exits
+	// after QUIESCE is stopped (a deploy's own deadline may come first).
+	time.AfterFunc(m.cfg.Deploy.QuiesceTimeout.Duration, func() { m.post(evQuiesceTimeout{p: p}) })
 	m.log.Info("quiesce sent", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -21,7 +21,7 @@ type conn struct {
 	name string
 	proc *proc // for role cluster; set once at REGISTER
 
-	watchOnce sync.Once     // a connection watches the feed at most once
+	watching  atomic.Bool   // the connection watches the feed (again after a drop)
 	watchStop chan struct{} // closed when the connection ends
 }
 
@@ -213,7 +213,7 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 		c.reply(f.ID, nil)
 	case ipc.OpRegister:
 		c.replyErr(f.ID, ipc.CodeForbidden, "connection is already registered")
-	case ipc.OpQuiesce, ipc.OpActivate:
+	case ipc.OpQuiesce, ipc.OpActivate, ipc.OpEvent:
 		c.replyErr(f.ID, ipc.CodeForbidden, "%s is sent by the manager only", f.Op)
 	case ipc.OpDeploy:
 		m.deploy(c, f)

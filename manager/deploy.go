@@ -201,6 +201,17 @@ func (a actuator) switchTable(next *generation.Routes) {
 		}
 	}
 	for _, s := range old.slots {
+		// A cluster of the old topology that was restarting has a process
+		// nobody routes: the new topology replaces it.
+		if cur := s.current; cur != nil && old.procs[s.id] != cur {
+			m.stop(cur, "superseded by re-clustering")
+		}
+		if s.restartTmr != nil {
+			s.restartTmr.Stop()
+			s.restartTmr = nil
+		}
+	}
+	for _, s := range old.slots {
 		s.mu.Lock()
 		s.owned = true
 	}

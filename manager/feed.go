@@ -264,38 +264,39 @@ func (m *Manager) statusOp(c *conn, f *ipc.Frame) {
 // watch is the read-only WATCH op: the connection receives the state feed as
 // EVENT frames, a snapshot first. A watcher that falls limits.feed_buffer
 // events behind is dropped from the feed (its connection stays open and it
-// learns through a final EVENT of type "dropped").
+// learns through a final EVENT of type "dropped"); it may then WATCH again
+// for a new snapshot. A connection watches at most once at a time.
 func (m *Manager) watch(c *conn, f *ipc.Frame) {
-	started := false
-	c.watchOnce.Do(func() {
-		started = true
-		sub, err := m.Subscribe(m.cfg.Limits.FeedBuffer)
-		if err != nil {
-			c.replyErr(f.ID, ipc.CodeBusy, "%v", err)
-			return
-		}
-		c.reply(f.ID, json.RawMessage(`{"watching":true}`))
-		go func() {
-			defer sub.Cancel()
-			for {
-				select {
-				case ev, ok := <-sub.C:
-					if !ok {
-						if sub.Dropped() {
-							c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: json.RawMessage(`{"type":"dropped"}`)})
-						}
-						return
+	if !c.watching.CompareAndSwap(false, true) {
+		c.replyErr(f.ID, ipc.CodeForbidden, "this connection already watches the feed")
+		return
+	}
+	sub, err := m.Subscribe(m.cfg.Limits.FeedBuffer)
+	if err != nil {
+		c.watching.Store(false)
+		c.replyErr(f.ID, ipc.CodeBusy, "%v", err)
+		return
+	}
+	c.reply(f.ID, json.RawMessage(`{"watching":true}`))
+	go func() {
+		defer sub.Cancel()
+		for {
+			select {
+			case ev, ok := <-sub.C:
+				if !ok {
+					if sub.Dropped() {
+						// Free the slot before saying so: the watcher may WATCH again at once.
+						c.watching.Store(false)
+						c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: json.RawMessage(`{"type":"dropped"}`)})
 					}
-					if c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: ev}) != nil {
-						return
-					}
-				case <-c.watchStop:
 					return
 				}
+				if c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: ev}) != nil {
+					return
+				}
+			case <-c.watchStop:
+				return
 			}
-		}()
-	})
-	if !started {
-		c.replyErr(f.ID, ipc.CodeForbidden, "this connection already watches the feed")
-	}
+		}
+	}()
 }

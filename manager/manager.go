@@ -219,10 +219,12 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	}
 	close(m.done)
 	m.feed.closeAll()
+	// Answered before the connections close, so the answers go out.
+	m.failAllPending()
 	m.closeConns()
 	m.connWG.Wait()
 	m.stopWG.Wait()
-	m.failAllPending()
+	m.failAllPending() // anything a reader added meanwhile
 	return nil
 }
 

@@ -212,6 +212,9 @@ func (m *Manager) send(pr *proc, p *pending) {
 	case errors.Is(err, ipc.ErrBusy):
 		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is not keeping up with its requests", pr.cluster))
 		return
+	case errors.Is(err, ipc.ErrFrameTooLarge):
+		m.fail(p, ipc.Errorf(ipc.CodeFrameTooLarge, "the forwarded request exceeds limits.max_frame_bytes"))
+		return
 	case err != nil:
 		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d connection lost", pr.cluster))
 		return
@@ -271,8 +274,18 @@ func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
 	if p.origID == "" {
 		return
 	}
-	p.from.send(&ipc.Frame{Op: ipc.OpReply, ID: p.origID, Payload: payload, Error: e})
+	replyTo(p.from, p.origID, payload, e)
 	m.metrics.latency.Observe(time.Since(p.queued).Seconds())
+}
+
+// replyTo sends a REPLY; one that would exceed the frame limit (a cluster's
+// payload near the limit plus a longer id, or a broadcast's sum) becomes a
+// frame_too_large error, so the sender still gets exactly one REPLY.
+func replyTo(c *conn, id string, payload json.RawMessage, e *ipc.Error) {
+	err := c.send(&ipc.Frame{Op: ipc.OpReply, ID: id, Payload: payload, Error: e})
+	if errors.Is(err, ipc.ErrFrameTooLarge) {
+		c.send(ipc.ReplyError(id, ipc.Errorf(ipc.CodeFrameTooLarge, "the reply (%d payload bytes) exceeds limits.max_frame_bytes", len(payload))))
+	}
 }
 
 // fail completes p with an error, once.
@@ -362,7 +375,7 @@ func (b *broadcast) set(i int, payload json.RawMessage, e *ipc.Error) {
 	last := b.left == 0
 	b.mu.Unlock()
 	if last && b.origID != "" {
-		b.from.send(&ipc.Frame{Op: ipc.OpReply, ID: b.origID, Payload: b.encode()})
+		replyTo(b.from, b.origID, b.encode(), nil)
 	}
 }
 

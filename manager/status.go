@@ -82,7 +82,7 @@ func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) Clust
 	cs := ClusterStatus{
 		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
 		Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
-		Deploying: s.owned,
+		Deploying: m.deployOwns(s),
 	}
 	s.mu.Lock()
 	cs.Waiting = s.waitingLive()
