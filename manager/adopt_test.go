@@ -47,8 +47,8 @@ func runManager(t *testing.T, cfgPath, logName string) *managerProcess {
 			t.Error("manager did not stop on SIGTERM")
 		}
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s:\n%s", logName, b)
+			b, err := os.ReadFile(logf.Name())
+			t.Logf("%s (%v):\n%s", logName, err, b)
 		}
 	})
 	return mp
@@ -163,4 +163,76 @@ func TestManagerKillReadoption(t *testing.T) {
 		t.Fatalf("failed %d (max 8 in flight), duplicates %d, bad echoes %d", failed, l.dup.Load(), l.badEcho)
 	}
 	t.Logf("re-adopted 4 clusters %v after the new manager started; %d requests failed at the kill", adoptTime.Round(time.Millisecond), failed)
+}
+
+// A manager killed in the middle of a deploy, after cluster 1's routing moved
+// to generation 2 but before the old process exited, comes back routing
+// generation 2, stops the old process, and only then ACTIVATEs the new one.
+func TestManagerKillMidDeploy(t *testing.T) {
+	cfg := deployConfig(t)
+	cfg.State.AdoptWindow = durationOf(3 * time.Second)
+	cfg.Deploy.QuiesceTimeout = durationOf(30 * time.Second) // the old one lingers
+	cfg.Restart.StopGrace = durationOf(300 * time.Millisecond)
+	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_1": "--ignore-quiesce"}
+	writeConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	var c *ipc.Client
+	waitFor(t, 10*time.Second, "first manager up", func() bool {
+		var err error
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "d"}, Reconnect: true})
+		return err == nil
+	})
+	defer c.Close()
+	var before manager.Status
+	waitFor(t, 10*time.Second, "ready", func() bool {
+		st, ok := statusVia(t, c)
+		before = st
+		return ok && allRouted(st)
+	})
+	// Generation 2 keeps no per-cluster flags: it quiesces normally.
+	next := *cfg
+	next.Cluster.Env = map[string]string{}
+	writeConfig(t, &next)
+	if _, err := c.Request(t.Context(), &ipc.Frame{Op: ipc.OpDeploy, Clusters: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	var mid manager.Status
+	waitFor(t, 10*time.Second, "cluster 1 switched to generation 2", func() bool {
+		st, ok := statusVia(t, c)
+		mid = st
+		return ok && st.Clusters[1].Generation == 2 && st.Clusters[1].Routed
+	})
+	newPID := mid.Clusters[1].PID
+	oldPID := before.Clusters[1].PID
+	if !alive(oldPID) {
+		t.Fatal("old process already gone; the test needs it lingering")
+	}
+	m1.kill()
+	// The next manager bounds the quiesce it sends the stale survivor.
+	next.Deploy.QuiesceTimeout = durationOf(500 * time.Millisecond)
+	writeConfig(t, &next)
+	runManager(t, cfg.Path, "manager-2.log")
+	var after manager.Status
+	defer func() {
+		if t.Failed() {
+			for _, cs := range after.Clusters {
+				cs.Heartbeat = nil
+				b, _ := json.Marshal(cs)
+				t.Logf("at the end: %s", b)
+			}
+		}
+	}()
+	waitFor(t, 15*time.Second, "generation 2 routed and activated, old gone", func() bool {
+		st, ok := statusVia(t, c)
+		after = st
+		return ok && allRouted(st) && st.Clusters[1].Activated && !alive(oldPID)
+	})
+	if after.Clusters[1].PID != newPID || after.Clusters[1].Generation != 2 {
+		t.Fatalf("cluster 1 is %+v, want the generation 2 process %d", after.Clusters[1], newPID)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if after.Clusters[i].PID != before.Clusters[i].PID {
+			t.Errorf("cluster %d restarted", i)
+		}
+	}
 }

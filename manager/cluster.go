@@ -325,6 +325,7 @@ func (m *Manager) activate(p *proc) {
 	}
 	p.activated = true
 	m.touch(p.slot)
+	m.persist()
 	m.log.Info("cluster activated", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 }
 
@@ -341,6 +342,7 @@ func (m *Manager) setRoute(s *slot, p *proc) {
 		s.gen = p.gen // the code version serving it: what a respawn runs
 	}
 	m.touch(s)
+	m.persist()
 	var waiting []*pending
 	if p.usable() {
 		waiting = s.waiting

@@ -153,6 +153,16 @@ func (m *Manager) maybeSaveState(now time.Time) {
 
 const stateSaveEvery = 50 * time.Millisecond
 
+// persist writes the state file now. Routing and activation changes are
+// written before the manager acts on them further (say, QUIESCEs the old
+// process after a switch): a manager that dies right after must come back
+// knowing which process serves.
+func (m *Manager) persist() {
+	m.stateDirty = true
+	m.stateSaved = time.Time{}
+	m.maybeSaveState(time.Now())
+}
+
 // removeState deletes the state file after a clean shutdown: nothing is left
 // to adopt.
 func (m *Manager) removeState() {
