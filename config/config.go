@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -37,6 +38,7 @@ type Config struct {
 	Admin     Admin     `toml:"admin"`
 	API       API       `toml:"api"`
 	State     State     `toml:"state"`
+	Discord   Discord   `toml:"discord"`
 
 	// Path is the file the config was loaded from, for re-reading at DEPLOY.
 	Path string `toml:"-"`
@@ -46,6 +48,52 @@ type Config struct {
 type Topology struct {
 	TotalShards      int `toml:"total_shards"`
 	ShardsPerCluster int `toml:"shards_per_cluster"`
+	// Auto is set by total_shards = "auto": TotalShards then comes from
+	// Discord's GET /gateway/bot (see ResolveAuto) and is 0 until it does.
+	Auto bool `toml:"-"`
+}
+
+// UnmarshalTOML decodes the table by hand so total_shards may be a number or
+// the string "auto".
+func (t *Topology) UnmarshalTOML(v any) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("topology must be a table")
+	}
+	for k, val := range m {
+		switch k {
+		case "total_shards":
+			switch n := val.(type) {
+			case int64:
+				t.TotalShards, t.Auto = int(n), false
+			case string:
+				if n != "auto" {
+					return keyError{"topology.total_shards", fmt.Sprintf(`%q is neither a number nor "auto"`, n)}
+				}
+				t.TotalShards, t.Auto = 0, true
+			default:
+				return keyError{"topology.total_shards", fmt.Sprintf(`must be a number or "auto", got %T`, val)}
+			}
+		case "shards_per_cluster":
+			n, ok := val.(int64)
+			if !ok {
+				return keyError{"topology.shards_per_cluster", fmt.Sprintf("must be a number, got %T", val)}
+			}
+			t.ShardsPerCluster = int(n)
+		default:
+			return keyError{"topology." + k, "unknown key"}
+		}
+	}
+	return nil
+}
+
+// MarshalTOML writes the table back, "auto" included.
+func (t Topology) MarshalTOML() ([]byte, error) {
+	total := strconv.Itoa(t.TotalShards)
+	if t.Auto {
+		total = `"auto"`
+	}
+	return []byte(fmt.Sprintf("{ total_shards = %s, shards_per_cluster = %d }", total, t.ShardsPerCluster)), nil
 }
 
 // Generation returns the topology in the generation package's terms.
@@ -116,6 +164,28 @@ type Status struct {
 	// may open the WebSocket from, besides the page's own host.
 	AllowedOrigins []string `toml:"allowed_origins"`
 }
+
+// Discord is the [discord] table: the bot token for Discord's HTTP API (only
+// for total_shards = "auto" and the session-start budget), the identify gate
+// and resume handling.
+type Discord struct {
+	TokenFile  string `toml:"token_file"`
+	TokenEnv   string `toml:"token_env"`
+	APIBaseURL string `toml:"api_base_url"`
+	// IdentifySpacing is the time between two IDENTIFYs of one rate-limit
+	// bucket (Discord: 5s). MaxConcurrency overrides the bucket count
+	// /gateway/bot gives (0: use it; 1 without a token).
+	IdentifySpacing Duration `toml:"identify_spacing"`
+	IdentifyTimeout Duration `toml:"identify_timeout"`
+	MaxConcurrency  int      `toml:"max_concurrency"`
+	// BudgetFloor: below this many remaining session starts, crash-looping
+	// clusters are not granted identifies.
+	BudgetFloor  int      `toml:"budget_floor"`
+	ResumeMaxAge Duration `toml:"resume_max_age"`
+}
+
+// HasToken reports whether a Discord bot token is configured.
+func (d Discord) HasToken() bool { return d.TokenFile != "" || d.TokenEnv != "" }
 
 // State is the [state] table: what lets clusters outlive a manager restart.
 type State struct {
@@ -230,7 +300,14 @@ func Default() Config {
 		},
 		Status: Status{Listen: "127.0.0.1:7480"},
 		State:  State{AdoptWindow: Duration{10 * time.Second}},
-		Admin:  Admin{Listen: "127.0.0.1:7481"},
+		Discord: Discord{
+			APIBaseURL:      "https://discord.com/api/v10",
+			IdentifySpacing: Duration{5 * time.Second},
+			IdentifyTimeout: Duration{10 * time.Minute},
+			BudgetFloor:     100,
+			ResumeMaxAge:    Duration{2 * time.Minute},
+		},
+		Admin: Admin{Listen: "127.0.0.1:7481"},
 		API: API{
 			Listen:         "127.0.0.1:7482",
 			TokenEnv:       "SM_API_TOKEN",
@@ -269,6 +346,12 @@ func Parse(doc string) (*Config, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
+			// Topology decodes itself (total_shards may be "auto"); its
+			// errors name their key, and the line is the key's own.
+			// (The decoder keeps only the message of a custom decoder's error.)
+			if key, msg, ok := strings.Cut(perr.Message, ": "); ok && strings.HasPrefix(key, "topology.") {
+				return nil, fmt.Errorf("line %d: %s: %s", lineOfKey(doc, key, perr.Position.Line), key, msg)
+			}
 			// LastKey is set when a value was refused (a bad duration, say):
 			// name the key, as every other config error does.
 			if perr.LastKey != "" {
@@ -289,6 +372,26 @@ func Parse(doc string) (*Config, error) {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// keyError is a refused value of a key that a custom decoder checked.
+type keyError struct{ key, msg string }
+
+func (e keyError) Error() string { return e.key + ": " + e.msg }
+
+// lineOfKey finds the line that sets key (its last dotted part) at or after
+// line from, for errors the decoder can only place at the table's header.
+func lineOfKey(doc, key string, from int) int {
+	name := key[strings.LastIndexByte(key, '.')+1:]
+	for i, line := range strings.Split(doc, "\n") {
+		if i+1 < from {
+			continue
+		}
+		if k, _, ok := strings.Cut(strings.TrimSpace(line), "="); ok && strings.TrimSpace(k) == name {
+			return i + 1
+		}
+	}
+	return from
 }
 
 // reservedEnv are the variables the manager sets in every cluster's environment.
@@ -327,7 +430,10 @@ func (c *Config) Validate() error {
 	default:
 		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
 	}
-	if c.Topology.TotalShards < 1 {
+	switch {
+	case c.Topology.Auto && !c.Discord.HasToken():
+		bad("topology.total_shards", `"auto" asks Discord, and needs discord.token_file or discord.token_env`)
+	case !c.Topology.Auto && c.Topology.TotalShards < 1:
 		bad("topology.total_shards", "must be at least 1, got %d", c.Topology.TotalShards)
 	}
 	if c.Topology.ShardsPerCluster < 1 {
@@ -401,6 +507,21 @@ func (c *Config) Validate() error {
 		bad("api.max_body_bytes", "must be at least 1, got %d", c.API.MaxBodyBytes)
 	}
 	positive("state.adopt_window", c.State.AdoptWindow)
+	if c.Discord.TokenFile != "" && c.Discord.TokenEnv != "" {
+		bad("discord.token_file", "set discord.token_file or discord.token_env, not both")
+	}
+	if u, err := url.Parse(c.Discord.APIBaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		bad("discord.api_base_url", "%q is not an http(s) URL", c.Discord.APIBaseURL)
+	}
+	positive("discord.identify_spacing", c.Discord.IdentifySpacing)
+	positive("discord.identify_timeout", c.Discord.IdentifyTimeout)
+	positive("discord.resume_max_age", c.Discord.ResumeMaxAge)
+	if c.Discord.MaxConcurrency < 0 {
+		bad("discord.max_concurrency", "must be 0 (from Discord) or more, got %d", c.Discord.MaxConcurrency)
+	}
+	if c.Discord.BudgetFloor < 0 {
+		bad("discord.budget_floor", "must not be negative, got %d", c.Discord.BudgetFloor)
+	}
 	positive("api.read_timeout", c.API.ReadTimeout)
 	positive("api.write_timeout", c.API.WriteTimeout)
 	positive("api.idle_timeout", c.API.IdleTimeout)

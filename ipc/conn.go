@@ -2,11 +2,14 @@ package ipc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -160,6 +163,12 @@ func (r *Reader) skipLine() error {
 	}
 }
 
+// frameBuffered reports whether a whole line already waits in the buffer.
+func (r *Reader) frameBuffered() bool {
+	b, _ := r.br.Peek(r.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // Buffered reports whether bytes of a further frame are already buffered.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
 
@@ -213,9 +222,16 @@ type Conn struct {
 
 	written uint64 // bytes the writer has handed to the socket, under mu
 
-	spare []byte // owned by the writer goroutine
-	wake  chan struct{}
-	done  chan struct{}
+	// One goroutine at a time writes: the writer goroutine, or a Batch's Flush
+	// writing inline. It holds the token writing, the inflight bytes it took
+	// from out, and spare, the buffer out is swapped with.
+	writing  bool
+	inflight int
+	spare    []byte
+	raw      syscall.RawConn // for inline writes that must not block; nil: none
+
+	wake chan struct{}
+	done chan struct{}
 }
 
 // NewConn wraps nc and starts its writer goroutine. The caller must eventually
@@ -228,6 +244,9 @@ func NewConn(nc net.Conn, opts Options) *Conn {
 		opts: opts,
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
 	}
 	go c.writeLoop()
 	return c
@@ -244,6 +263,10 @@ func (c *Conn) ReadFrame() ([]byte, error) { return c.r.ReadFrame() }
 
 // Buffered reports how many read bytes wait in the input buffer.
 func (c *Conn) Buffered() int { return c.r.Buffered() }
+
+// FrameBuffered reports whether a whole frame already waits in the input
+// buffer, so that the next ReadFrame returns without reading the socket.
+func (c *Conn) FrameBuffered() bool { return c.r.frameBuffered() }
 
 // Send queues an encoded frame (without newline). It fails with ErrClosed once the
 // connection is closing, with ErrFrameTooLarge for a frame over the limit, and
@@ -266,16 +289,18 @@ func (c *Conn) Send(frame []byte) error {
 }
 
 // SendFrame encodes f straight into the queue; see Send.
-func (c *Conn) SendFrame(f *Frame) error { return c.sendFrame(f, false) }
+func (c *Conn) SendFrame(f *Frame) error { return c.sendFrame(f, false, nil) }
 
 // TrySendFrame is SendFrame for frames that may be refused instead, such as
 // requests forwarded on other peers' behalf: once the queue is half full (in
 // frames or bytes) it returns ErrBusy and leaves the connection alone. The other
 // half is kept for what the peer is owed, replies and notifications, so a burst
 // of someone else's requests cannot get a briefly slow peer cut off.
-func (c *Conn) TrySendFrame(f *Frame) error { return c.sendFrame(f, true) }
+func (c *Conn) TrySendFrame(f *Frame) error { return c.sendFrame(f, true, nil) }
 
-func (c *Conn) sendFrame(f *Frame, try bool) error {
+// sendFrame queues f and has it written: by the writer goroutine, or, with a
+// batch, when the batch is flushed.
+func (c *Conn) sendFrame(f *Frame, try bool, b *Batch) error {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -302,6 +327,10 @@ func (c *Conn) sendFrame(f *Frame, try bool) error {
 	c.out = append(c.out[:start+n], '\n')
 	c.queued++
 	c.mu.Unlock()
+	if b != nil {
+		b.add(c)
+		return nil
+	}
 	c.kick()
 	return nil
 }
@@ -336,34 +365,122 @@ func (c *Conn) writeLoop() {
 	for range c.wake {
 		for {
 			c.mu.Lock()
-			buf := c.out
-			c.out = c.spare[:0]
-			c.queued = 0
-			closing := c.closing
-			c.mu.Unlock()
-			if len(buf) == 0 {
-				c.spare = buf
+			if c.writing {
+				// A Batch is writing inline; it kicks again if it leaves anything.
+				c.mu.Unlock()
+				break
+			}
+			if len(c.out) == 0 {
+				closing := c.closing
+				c.mu.Unlock()
 				if closing {
 					return
 				}
 				break
 			}
+			buf := c.takeLocked()
+			c.mu.Unlock()
 			c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
-			if _, err := c.nc.Write(buf); err != nil {
+			n, err := c.nc.Write(buf)
+			c.mu.Lock()
+			c.wroteLocked(buf, n)
+			c.mu.Unlock()
+			if err != nil {
 				c.fail(err)
 				return
 			}
-			c.mu.Lock()
-			c.written += uint64(len(buf))
-			c.mu.Unlock()
-			// Keep the buffer for the next batch unless a burst made it huge:
-			// an idle connection should not pin megabytes. (spare must never be
-			// the array c.out now uses, so it is dropped, not left as it was.)
-			c.spare = buf
-			if cap(buf) > maxSpare {
-				c.spare = nil
-			}
 		}
+	}
+}
+
+// takeLocked takes the write token and the queue to write.
+func (c *Conn) takeLocked() []byte {
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	c.queued = 0
+	c.writing, c.inflight = true, len(buf)
+	return buf
+}
+
+// wroteLocked gives the token back once n bytes of buf are written. What the
+// socket did not take goes back to the front of the queue.
+func (c *Conn) wroteLocked(buf []byte, n int) {
+	c.writing, c.inflight = false, 0
+	c.written += uint64(n)
+	if n < len(buf) {
+		rest := append(buf[:0], buf[n:]...)
+		c.queued += bytes.Count(rest, newline)
+		c.out, c.spare = append(rest, c.out...), c.out[:0]
+	} else {
+		// Keep the buffer for the next batch unless a burst made it huge:
+		// an idle connection should not pin megabytes.
+		c.spare = buf[:0]
+	}
+	if cap(c.spare) > maxSpare {
+		c.spare = nil
+	}
+}
+
+var newline = []byte{'\n'}
+
+// writeInline writes the queue from the calling goroutine, if nobody else is
+// writing and the socket takes it without blocking; whatever is left goes to
+// the writer goroutine.
+func (c *Conn) writeInline() {
+	c.mu.Lock()
+	if c.writing || c.closing || len(c.out) == 0 || c.raw == nil {
+		c.mu.Unlock()
+		c.kick()
+		return
+	}
+	buf := c.takeLocked()
+	c.mu.Unlock()
+	n, err := writeNonBlocking(c.raw, buf)
+	c.mu.Lock()
+	c.wroteLocked(buf, n)
+	more := len(c.out) > 0 || c.closing
+	c.mu.Unlock()
+	if err != nil {
+		c.fail(err) // the writer goroutine, kicked, sees closing and ends
+		more = true
+	}
+	if more {
+		c.kick()
+	}
+}
+
+// Batch holds back the writes of the frames sent through it until Flush,
+// which writes each connection's queue straight from the flushing goroutine
+// when nobody else is writing to it. A goroutine that forwards what it reads
+// sends through a Batch and flushes when its input holds no whole frame: frames
+// read together leave together, in one write per connection, and a lone frame
+// leaves without waking the writer goroutine, which is most of a round trip's
+// cost at low load (docs/performance.md). A Batch belongs to one goroutine; the
+// zero Batch is ready to use, and a nil *Batch sends at once.
+type Batch struct{ conns []*Conn }
+
+// SendFrame is c.SendFrame, with the write held back until Flush.
+func (b *Batch) SendFrame(c *Conn, f *Frame) error { return c.sendFrame(f, false, b) }
+
+// TrySendFrame is c.TrySendFrame, with the write held back until Flush.
+func (b *Batch) TrySendFrame(c *Conn, f *Frame) error { return c.sendFrame(f, true, b) }
+
+// Flush writes everything b holds back.
+func (b *Batch) Flush() {
+	if b == nil {
+		return
+	}
+	for i, c := range b.conns {
+		c.writeInline()
+		b.conns[i] = nil
+	}
+	b.conns = b.conns[:0]
+}
+
+func (b *Batch) add(c *Conn) {
+	if !slices.Contains(b.conns, c) {
+		b.conns = append(b.conns, c)
 	}
 }
 
@@ -372,7 +489,7 @@ func (c *Conn) writeLoop() {
 // ctx is done or the connection fails.
 func (c *Conn) Flush(ctx context.Context) error {
 	c.mu.Lock()
-	target := c.written + uint64(len(c.out))
+	target := c.written + uint64(c.inflight+len(c.out))
 	c.mu.Unlock()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()

@@ -32,14 +32,14 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 			return nil, false
 		}
 		s.ws()
-		key2 := fastKeys[string(key)]
+		key2 := fastKey(key)
 		if key2 == 0 || seen&key2 != 0 {
 			return nil, false // unknown, case-folded or repeated: encoding/json's rules apply
 		}
 		seen |= key2
 		switch key2 {
 		case keyOp:
-			f.Op, ok = s.stringValue()
+			f.Op, ok = s.opValue()
 		case keyID:
 			f.ID, ok = s.stringValue()
 		case keyTarget:
@@ -114,10 +114,38 @@ const (
 	keyMaxParallel
 )
 
-var fastKeys = map[string]uint16{
-	"op": keyOp, "id": keyID, "target": keyTarget, "payload": keyPayload, "timeout_ms": keyTimeoutMS,
-	"role": keyRole, "name": keyName, "cluster": keyCluster, "generation": keyGeneration,
-	"token": keyToken, "pid": keyPID, "ready": keyReady, "max_parallel": keyMaxParallel,
+// fastKey returns the bit of key, or 0 for a key decodeFast does not handle.
+// (A switch on string(b) compiles to comparisons, with no allocation.)
+func fastKey(key []byte) uint16 {
+	switch string(key) {
+	case "op":
+		return keyOp
+	case "id":
+		return keyID
+	case "target":
+		return keyTarget
+	case "payload":
+		return keyPayload
+	case "timeout_ms":
+		return keyTimeoutMS
+	case "role":
+		return keyRole
+	case "name":
+		return keyName
+	case "cluster":
+		return keyCluster
+	case "generation":
+		return keyGeneration
+	case "token":
+		return keyToken
+	case "pid":
+		return keyPID
+	case "ready":
+		return keyReady
+	case "max_parallel":
+		return keyMaxParallel
+	}
+	return 0
 }
 
 // maxFastDepth bounds the nesting decodeFast follows; deeper payloads take
@@ -165,6 +193,7 @@ func (s *scanner) plainString() ([]byte, bool) {
 	for s.i < len(s.b) {
 		c := s.b[s.i]
 		switch {
+		case plain[c]:
 		case c == '"':
 			s.i++
 			return s.b[start : s.i-1], true
@@ -192,6 +221,32 @@ func (s *scanner) stringValue() (string, bool) {
 		}
 	}
 	return string(b), true
+}
+
+// opValue is stringValue for the op, sparing the protocol's own ops an
+// allocation: they are most of the frames.
+func (s *scanner) opValue() (string, bool) {
+	start := s.i
+	b, ok := s.plainString()
+	if !ok {
+		return "", false
+	}
+	switch string(b) {
+	case OpReply:
+		return OpReply, true
+	case OpHeartbeat:
+		return OpHeartbeat, true
+	case OpRegister:
+		return OpRegister, true
+	case OpActivate:
+		return OpActivate, true
+	case OpQuiesce:
+		return OpQuiesce, true
+	case OpQuiesced:
+		return OpQuiesced, true
+	}
+	s.i = start
+	return s.stringValue()
 }
 
 // integer reads a JSON number that is a plain integer fitting in bits.
@@ -307,6 +362,9 @@ func (s *scanner) anyString() bool {
 	for s.i < len(s.b) {
 		c := s.b[s.i]
 		s.i++
+		if plain[c] {
+			continue
+		}
 		switch {
 		case c == '"':
 			return true
@@ -337,6 +395,15 @@ func (s *scanner) anyString() bool {
 	}
 	return false
 }
+
+// plain marks the bytes that stand for themselves inside a JSON string: all
+// but the quote, the backslash and control characters.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'

@@ -53,6 +53,14 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 		dst = append(dst, `,"ready":`...)
 		dst = strconv.AppendBool(dst, *f.Ready)
 	}
+	if f.Shard != nil {
+		dst = append(dst, `,"shard":`...)
+		dst = strconv.AppendInt(dst, int64(*f.Shard), 10)
+	}
+	if len(f.Resume) > 0 {
+		dst = append(dst, `,"resume":`...)
+		dst = appendPayload(dst, f.Resume)
+	}
 	if len(f.Clusters) > 0 {
 		dst = append(dst, `,"clusters":[`...)
 		for i, c := range f.Clusters {

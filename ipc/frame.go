@@ -26,6 +26,8 @@ const (
 	OpStatus   = "STATUS" // client → manager: reply payload is the status snapshot
 	OpWatch    = "WATCH"  // client → manager: reply, then EVENT frames of the state feed
 	OpEvent    = "EVENT"  // manager → client: one state-feed event as payload
+	// OpIdentify asks the manager's identify gate for a slot (cluster → manager).
+	OpIdentify = "IDENTIFY"
 )
 
 // Roles a connection may REGISTER as.
@@ -63,6 +65,12 @@ type Frame struct {
 
 	// HEARTBEAT field: all of the sender's shards are connected.
 	Ready *bool `json:"ready,omitempty"`
+	// Resume, on HEARTBEAT and QUIESCED (v1 addition): the cluster's shards'
+	// resume state, a JSON array of {shard, session_id, seq, resume_url}.
+	Resume json.RawMessage `json:"resume,omitempty"`
+
+	// IDENTIFY field (v1 addition): the shard that wants to identify.
+	Shard *int `json:"shard,omitempty"`
 
 	// DEPLOY fields.
 	Clusters    []int `json:"clusters,omitempty"`

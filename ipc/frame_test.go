@@ -165,6 +165,7 @@ func TestAppendFrameRoundTrip(t *testing.T) {
 				t.Errorf("payload changed:\n got %s\nwant %s", got.Payload, f.Payload)
 			}
 			want.Payload = f.Payload // json.Marshal compacts it; AppendFrame must not
+			want.Resume = f.Resume
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 			}

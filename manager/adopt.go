@@ -16,6 +16,7 @@ func (m *Manager) restore() bool {
 	if st == nil {
 		return false
 	}
+	m.restarted = true
 	t := newRouteTable(st.Topology, st.Generation)
 	for i, s := range t.slots {
 		s.gen = st.SlotGens[i]

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/supervise"
@@ -99,8 +100,11 @@ type proc struct {
 	adopted   bool   // survived a manager restart; watched through a pidfd
 	wasRouted bool   // adopted and routed when the previous manager died
 	stale     bool   // adopted but no longer its cluster's process: quiesced
-	process   supervise.Process
-	spawned   time.Time
+	// reason is why it was spawned, for the identify budget: a first start, a
+	// restart after a death (what a crash loop spends), or a deploy.
+	reason  discord.Reason
+	process supervise.Process
+	spawned time.Time
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it
@@ -148,10 +152,14 @@ type evHeartbeat struct {
 	p       *proc
 	ready   bool
 	payload json.RawMessage
+	resume  json.RawMessage
 	at      time.Time
 }
 
-type evQuiesced struct{ p *proc }
+type evQuiesced struct {
+	p      *proc
+	resume json.RawMessage
+}
 
 type evDisconnect struct {
 	p *proc
@@ -167,7 +175,11 @@ func (m *Manager) respawn(s *slot) {
 	if m.stopping.Load() || m.deployOwns(s) || s.current != nil {
 		return
 	}
-	p, err := m.spawn(s, s.gen)
+	reason := discord.ReasonRestart
+	if s.hist.Total == 0 && !m.restarted {
+		reason = discord.ReasonStart
+	}
+	p, err := m.spawn(s, s.gen, reason)
 	if err != nil {
 		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
 		s.lastExit, s.lastExitAt = err.Error(), time.Now()
@@ -179,13 +191,13 @@ func (m *Manager) respawn(s *slot) {
 
 // spawn starts a process for cluster s running generation gen's spec, with
 // the environment of the protocol and a fresh token.
-func (m *Manager) spawn(s *slot, gen int64) (*proc, error) {
+func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error) {
 	sp, ok := m.specs[gen]
 	if !ok {
 		return nil, fmt.Errorf("no command known for generation %d", gen)
 	}
 	token := newToken()
-	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, tokenHash: hashToken(token), spawned: time.Now()}
+	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, tokenHash: hashToken(token), spawned: time.Now(), reason: reason}
 	env := append([]string{
 		"SM_SOCKET=" + m.cfg.Socket,
 		"SM_CLUSTER=" + strconv.Itoa(s.id),
@@ -266,7 +278,7 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 	s := p.slot
 	m.touch(s)
 	m.log.Info("cluster registered", "cluster", id, "generation", gen, "pid", p.pid(), "conn", c.id)
-	payload, _ := json.Marshal(map[string]any{
+	reply := map[string]any{
 		"cluster":               id,
 		"generation":            gen,
 		"shard_first":           s.first,
@@ -275,7 +287,16 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 		"active":                p.activated,
 		"heartbeat_interval_ms": m.cfg.Heartbeat.Interval.Milliseconds(),
 		"heartbeat_timeout_ms":  m.cfg.Heartbeat.Timeout.Milliseconds(),
-	})
+		"identify": map[string]any{
+			"gate":            true,
+			"spacing_ms":      m.disc.gate.Spacing().Milliseconds(),
+			"max_concurrency": m.disc.gate.MaxConcurrency(),
+		},
+	}
+	if rs := m.resumeFor(p); len(rs) > 0 {
+		reply["resume"] = rs
+	}
+	payload, _ := json.Marshal(reply)
 	return registerResult{payload: payload}
 }
 
@@ -286,6 +307,7 @@ func (e evHeartbeat) apply(m *Manager) {
 	}
 	p.lastBeat = e.at
 	p.beat = e.payload
+	m.takeResume(p, e.resume, e.at)
 	m.publishHeartbeat(p, e.ready, e.payload, e.at)
 	if e.ready && p.state == procRegistered {
 		p.state = procReady
@@ -357,6 +379,7 @@ func (m *Manager) setRoute(s *slot, p *proc) {
 }
 
 func (e evQuiesced) apply(m *Manager) {
+	m.takeResume(e.p, e.resume, time.Now())
 	if !e.p.quiesced {
 		e.p.quiesced = true
 		m.log.Info("cluster quiesced", "cluster", e.p.cluster, "generation", e.p.gen, "pid", e.p.pid())
@@ -375,6 +398,7 @@ func (e evDisconnect) apply(m *Manager) {
 	}
 	p.conn.Store(nil)
 	m.unroute(p)
+	m.cancelIdentifies(p)
 	if p.state >= procStopping {
 		return
 	}
@@ -412,6 +436,7 @@ func (e evExit) apply(m *Manager) {
 	wasStopping := p.state >= procQuiescing
 	p.state = procExited
 	delete(m.procs, p.seq)
+	m.cancelIdentifies(p)
 	m.touch(p.slot)
 	if c := p.conn.Load(); c != nil {
 		// Its last replies may still sit unread in the socket: the reader

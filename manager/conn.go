@@ -202,14 +202,14 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 			c.replyErr(f.ID, ipc.CodeForbidden, "HEARTBEAT is for cluster connections")
 			return
 		}
-		m.post(evHeartbeat{p: c.proc, ready: f.Ready != nil && *f.Ready, payload: f.Payload, at: time.Now()})
+		m.post(evHeartbeat{p: c.proc, ready: f.Ready != nil && *f.Ready, payload: f.Payload, resume: f.Resume, at: time.Now()})
 		c.reply(f.ID, nil)
 	case ipc.OpQuiesced:
 		if c.proc == nil {
 			c.replyErr(f.ID, ipc.CodeForbidden, "QUIESCED is for cluster connections")
 			return
 		}
-		m.post(evQuiesced{p: c.proc})
+		m.post(evQuiesced{p: c.proc, resume: f.Resume})
 		c.reply(f.ID, nil)
 	case ipc.OpRegister:
 		c.replyErr(f.ID, ipc.CodeForbidden, "connection is already registered")
@@ -217,6 +217,8 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 		c.replyErr(f.ID, ipc.CodeForbidden, "%s is sent by the manager only", f.Op)
 	case ipc.OpDeploy:
 		m.deploy(c, f)
+	case ipc.OpIdentify:
+		m.post(evIdentify{c: c, f: f})
 	case ipc.OpStatus:
 		m.statusOp(c, f)
 	case ipc.OpWatch:

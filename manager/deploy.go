@@ -1,11 +1,13 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -17,8 +19,29 @@ func (m *Manager) deploy(c *conn, f *ipc.Frame) {
 		c.replyErr(f.ID, ipc.CodeForbidden, "DEPLOY is for client connections")
 		return
 	}
-	res := make(chan registerResult, 1)
-	m.post(evDeploy{f: f, res: res})
+	// Reading the file and asking Discord are I/O: done here, off the loop.
+	ev := evDeploy{f: f, res: make(chan registerResult, 1)}
+	ev.cfg, ev.err = m.loadDeployConfig()
+	if ev.cfg != nil && m.fetchGateway != nil && m.cfg.Discord.HasToken() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		gw, err := m.fetchGateway(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			ev.gw = &gw
+			if ev.cfg.Topology.Auto {
+				ev.cfg.Topology.TotalShards = gw.TotalShards()
+			}
+		case ev.cfg.Topology.Auto:
+			ev.cfg, ev.err = nil, ipc.Errorf(ipc.CodeUnavailable, "total_shards = \"auto\": asking Discord: %v", err)
+		default:
+			m.log.Warn("could not refresh /gateway/bot for the deploy", "err", err)
+		}
+	} else if ev.cfg != nil && ev.cfg.Topology.Auto {
+		ev.cfg, ev.err = nil, ipc.Errorf(ipc.CodeBadConfig, "total_shards = \"auto\" needs a Discord token configured when the manager started")
+	}
+	res := ev.res
+	m.post(ev)
 	var r registerResult
 	select {
 	case r = <-res:
@@ -34,26 +57,43 @@ func (m *Manager) deploy(c *conn, f *ipc.Frame) {
 
 type evDeploy struct {
 	f   *ipc.Frame
+	cfg *config.Config
+	err *ipc.Error
+	gw  *discord.GatewayBot
 	res chan registerResult
 }
 
-func (e evDeploy) apply(m *Manager) { e.res <- m.startDeploy(e.f) }
+func (e evDeploy) apply(m *Manager) {
+	if e.gw != nil {
+		m.observeGateway(*e.gw)
+	}
+	if e.err != nil {
+		e.res <- registerResult{err: e.err}
+		return
+	}
+	e.res <- m.startDeploy(e.f, e.cfg)
+}
+
+// loadDeployConfig re-reads the config file as it is on disk now.
+func (m *Manager) loadDeployConfig() (*config.Config, *ipc.Error) {
+	if m.cfg.Path == "" {
+		return nil, ipc.Errorf(ipc.CodeBadConfig, "the manager was not started from a config file")
+	}
+	cfg, err := config.Load(m.cfg.Path)
+	if err != nil {
+		return nil, ipc.Errorf(ipc.CodeBadConfig, "%v", err)
+	}
+	return cfg, nil
+}
 
 // startDeploy re-reads the config file as it is on disk now, plans the move
 // to a new generation and starts it. An invalid file changes nothing.
-func (m *Manager) startDeploy(f *ipc.Frame) registerResult {
+func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	if m.stopping.Load() {
 		return registerResult{err: ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")}
 	}
 	if m.dep != nil && !m.dep.Done() {
 		return registerResult{err: ipc.Errorf(ipc.CodeDeployInProgress, "deploy %s is still running", m.dep.Status().ID)}
-	}
-	if m.cfg.Path == "" {
-		return registerResult{err: ipc.Errorf(ipc.CodeBadConfig, "the manager was not started from a config file")}
-	}
-	cfg, err := config.Load(m.cfg.Path)
-	if err != nil {
-		return registerResult{err: ipc.Errorf(ipc.CodeBadConfig, "%v", err)}
 	}
 	sp, err := specOf(cfg)
 	if err != nil {
@@ -156,7 +196,7 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 	if cur := s.current; cur != nil && m.table().procs[s.id] != cur && cur.slot == s && topo == m.table().topo {
 		m.stop(cur, "superseded by deploy")
 	}
-	p, err := m.spawn(s, gen)
+	p, err := m.spawn(s, gen, discord.ReasonDeploy)
 	if err != nil {
 		return generation.ProcRef{}, err
 	}

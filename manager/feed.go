@@ -18,6 +18,7 @@ import (
 //	{"type":"cluster","cluster":{...ClusterStatus without heartbeat...}}
 //	{"type":"deploy","deploy":{...generation.Status...}}
 //	{"type":"topology","status":{...Status...}}   (after a re-clustering switch)
+//	{"type":"discord","discord":{...DiscordStatus...}} (identify gate and budget)
 //
 // The heartbeat payload is the cluster's own bytes, never parsed. Nothing in
 // the feed holds a token, an environment variable or a command line.
@@ -27,6 +28,7 @@ const (
 	EventCluster   = "cluster"
 	EventDeploy    = "deploy"
 	EventTopology  = "topology"
+	EventDiscord   = "discord"
 )
 
 // Subscription receives feed events. C is closed when the subscription ends:
@@ -207,6 +209,17 @@ func (m *Manager) flushFeed() {
 			m.feed.publish(b)
 		}
 		m.dirty = m.dirty[:0]
+	}
+	if m.feedDiscordDirty {
+		m.feedDiscordDirty = false
+		b, _ := json.Marshal(struct {
+			Type    string         `json:"type"`
+			Discord *DiscordStatus `json:"discord"`
+		}{EventDiscord, m.discordStatus(time.Now())})
+		if !bytes.Equal(b, m.discLast) {
+			m.discLast = b
+			m.feed.publish(b)
+		}
 	}
 	if m.dep != nil && (m.depPublished != m.dep || !m.depPublishedDone) {
 		st := m.dep.Status()

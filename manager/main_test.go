@@ -111,6 +111,7 @@ func testConfig(t *testing.T) *config.Config {
 	cfg.Requests.Timeout = config.Duration{Duration: 3 * time.Second}
 	cfg.Shutdown.Timeout = config.Duration{Duration: 3 * time.Second}
 	cfg.State.Dir = filepath.Join(t.TempDir(), "state")
+	cfg.Discord.IdentifySpacing = config.Duration{Duration: time.Millisecond}
 	cfg.Status.Listen, cfg.Admin.Listen = "", ""
 	return &cfg
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sm-supervisor/sm/backoff"
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/supervise"
@@ -41,6 +42,11 @@ type Options struct {
 	Rand func() float64
 	// Registry receives the manager's Prometheus metrics; nil keeps them unexported.
 	Registry prometheus.Registerer
+	// Gateway is Discord's /gateway/bot answer at start, if a token is
+	// configured: it sizes the identify gate and the session-start budget.
+	Gateway *discord.GatewayBot
+	// FetchGateway asks /gateway/bot again, at each DEPLOY (nil: never).
+	FetchGateway func(ctx context.Context) (discord.GatewayBot, error)
 }
 
 // Manager supervises the clusters of one bot and routes their messages.
@@ -82,6 +88,10 @@ type Manager struct {
 	next      *routeTable        // the table a re-clustering deploy is building
 
 	metrics          *metrics
+	disc             discordState
+	feedDiscordDirty bool
+	discLast         []byte
+	fetchGateway     func(ctx context.Context) (discord.GatewayBot, error)
 	feed             hub     // the state feed's subscribers
 	dirty            []*slot // clusters whose state changed during this loop event
 	depPublished     *generation.Deploy
@@ -89,9 +99,12 @@ type Manager struct {
 	depLast          []byte
 
 	adopting   bool      // the adopt window is open
+	restarted  bool      // a state file was found: this manager replaced one that died
 	started    time.Time // when Run started
 	stateDirty bool      // the state file is behind
 	stateSaved time.Time
+	// resumeSavedAt is when resume state was last considered for writing.
+	resumeSavedAt time.Time
 }
 
 // New validates opts and returns a manager ready to Run.
@@ -149,6 +162,8 @@ func New(opts Options) (*Manager, error) {
 	}
 	m.routes.Store(newRouteTable(topo, 1))
 	m.metrics = newMetrics(opts.Registry, m)
+	m.fetchGateway = opts.FetchGateway
+	m.initDiscord(opts.Gateway)
 	return m, nil
 }
 
@@ -199,6 +214,7 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 		m.accept(ln)
 	}()
 	m.started = time.Now()
+	m.loadResume()
 	m.restore()
 	for _, s := range m.table().slots {
 		if s.current == nil {

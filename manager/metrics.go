@@ -18,6 +18,9 @@ type metrics struct {
 	restarts  prometheus.Counter
 	deploys   *prometheus.CounterVec // by final state
 	deployDur prometheus.Histogram
+
+	identifyGranted prometheus.Counter
+	identifyRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -49,8 +52,17 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
 		}),
 	}
+	mt.identifyGranted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sm_identify_granted_total",
+		Help: "IDENTIFY slots granted by the identify gate (each spends a session start).",
+	})
+	mt.identifyRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sm_identify_refused_total",
+		Help: "IDENTIFYs refused by the session-start budget governor.",
+	})
 	if reg != nil {
-		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur, collector{m})
+		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
+			mt.identifyGranted, mt.identifyRefused, collector{m})
 	}
 	return mt
 }
@@ -69,10 +81,13 @@ var (
 	descSubs  = prometheus.NewDesc("sm_feed_subscribers", "State feed subscribers (status page, sm-api).", nil, nil)
 	descConns = prometheus.NewDesc("sm_connections", "Registered or registering socket connections.", nil, nil)
 	descDepl  = prometheus.NewDesc("sm_deploy_running", "1 while a deploy is running.", nil, nil)
+	descWaitI = prometheus.NewDesc("sm_identify_waiting", "IDENTIFY requests waiting for their slot.", nil, nil)
+	descBudg  = prometheus.NewDesc("sm_session_starts_remaining", "Discord session starts left (known only with a token).", nil, nil)
+	descBlock = prometheus.NewDesc("sm_identify_budget_blocking", "1 while the budget governor refuses restarts' identifies.", nil, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descBeat, descRest, descLoop, descWait, descGen, descPend, descSubs, descConns, descDepl} {
+	for _, d := range []*prometheus.Desc{descState, descBeat, descRest, descLoop, descWait, descGen, descPend, descSubs, descConns, descDepl, descWaitI, descBudg, descBlock} {
 		ch <- d
 	}
 }
@@ -99,6 +114,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		running = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDepl, prometheus.GaugeValue, running)
+	if d := st.Discord; d != nil {
+		ch <- prometheus.MustNewConstMetric(descWaitI, prometheus.GaugeValue, float64(d.IdentifyWaiting))
+		if d.Budget.Known {
+			ch <- prometheus.MustNewConstMetric(descBudg, prometheus.GaugeValue, float64(d.Budget.Remaining))
+		}
+		block := 0.0
+		if d.Budget.Blocking {
+			block = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descBlock, prometheus.GaugeValue, block)
+	}
 	states := map[string]int{}
 	for _, cs := range st.Clusters {
 		states[cs.State]++

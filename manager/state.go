@@ -115,6 +115,11 @@ func (m *Manager) saveState() error {
 	if err != nil {
 		return err
 	}
+	return writeAtomic(path, b)
+}
+
+// writeAtomic replaces path with b through a temporary file and a rename.
+func writeAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -141,6 +146,11 @@ func (m *Manager) saveState() error {
 // maybeSaveState writes the state file if something changed, at most every
 // stateSaveEvery, so a burst of events costs one write.
 func (m *Manager) maybeSaveState(now time.Time) {
+	// Resume state changes with every heartbeat: written once a second.
+	if now.Sub(m.resumeSavedAt) >= resumeSaveEvery {
+		m.resumeSavedAt = now
+		m.saveResume()
+	}
 	if !m.stateDirty || now.Sub(m.stateSaved) < stateSaveEvery {
 		return
 	}
@@ -152,6 +162,8 @@ func (m *Manager) maybeSaveState(now time.Time) {
 }
 
 const stateSaveEvery = 50 * time.Millisecond
+
+const resumeSaveEvery = time.Second
 
 // persist writes the state file now. Routing and activation changes are
 // written before the manager acts on them further (say, QUIESCEs the old
@@ -167,8 +179,11 @@ func (m *Manager) persist() {
 // to adopt.
 func (m *Manager) removeState() {
 	if path := m.statePath(); path != "" {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			m.log.Warn("cannot remove state file", "err", err)
+		// The sessions closed with their clusters: nothing to resume either.
+		for _, p := range []string{path, filepath.Join(m.cfg.State.Dir, resumeFileName)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				m.log.Warn("cannot remove state file", "err", err)
+			}
 		}
 	}
 }

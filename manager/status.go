@@ -17,7 +17,9 @@ type Status struct {
 	Generation int64 `json:"generation"`
 	// Deploy is the running or last deploy, if any.
 	Deploy *generation.Status `json:"deploy,omitempty"`
-	At     time.Time          `json:"at"`
+	// Discord is the identify gate and session-start budget.
+	Discord *DiscordStatus `json:"discord,omitempty"`
+	At      time.Time      `json:"at"`
 }
 
 // ClusterStatus is one cluster in a Status.
@@ -70,6 +72,7 @@ func (m *Manager) snapshot(now time.Time) Status {
 		ds := m.dep.Status()
 		st.Deploy = &ds
 	}
+	st.Discord = m.discordStatus(now)
 	for i, s := range table.slots {
 		st.Clusters[i] = m.clusterStatus(table, s, now)
 	}

@@ -1,0 +1,301 @@
+package manager
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sm-supervisor/sm/discord"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// The identify gate, the session-start budget and resume state: what keeps a
+// crash loop from spending Discord's daily identify budget (docs/discord.md).
+// All of it is loop-owned.
+
+// identReq is one cluster's IDENTIFY waiting for its slot.
+type identReq struct {
+	c      *conn
+	p      *proc
+	id     string
+	ticket discord.Ticket
+	timer  *time.Timer
+	shard  int
+}
+
+// discordState is the manager's view of Discord's limits.
+type discordState struct {
+	gate      *discord.Gate[*identReq]
+	gateTimer *time.Timer
+	budget    discord.Budget
+	blocking  bool // the budget refuses restarts: logged once per change
+	gateway   *discord.GatewayBot
+	granted   uint64
+
+	resume      *discord.ResumeStore
+	resumeSaved uint64 // the store version last written
+}
+
+func (m *Manager) initDiscord(gw *discord.GatewayBot) {
+	d := &m.disc
+	d.budget.Floor = m.cfg.Discord.BudgetFloor
+	d.resume = discord.NewResumeStore(m.cfg.Discord.ResumeMaxAge.Duration)
+	d.gate = discord.NewGate[*identReq](m.maxConcurrency(gw), m.cfg.Discord.IdentifySpacing.Duration)
+	if gw != nil {
+		m.observeGateway(*gw)
+	}
+}
+
+// maxConcurrency is the number of identify buckets: configured, else
+// Discord's answer, else 1.
+func (m *Manager) maxConcurrency(gw *discord.GatewayBot) int {
+	switch {
+	case m.cfg.Discord.MaxConcurrency > 0:
+		return m.cfg.Discord.MaxConcurrency
+	case gw != nil && gw.SessionStartLimit.MaxConcurrency > 0:
+		return gw.SessionStartLimit.MaxConcurrency
+	default:
+		return 1
+	}
+}
+
+// observeGateway takes a fresh /gateway/bot answer: the budget's count and
+// the bucket count, and reports a changed shard recommendation.
+func (m *Manager) observeGateway(gw discord.GatewayBot) {
+	d := &m.disc
+	if prev := d.gateway; prev != nil && prev.TotalShards() != gw.TotalShards() {
+		m.log.Warn("Discord's recommended shard count changed; a DEPLOY with total_shards = \"auto\" applies it",
+			"was", prev.TotalShards(), "now", gw.TotalShards(), "running", m.Topology().Total)
+	}
+	d.gateway = &gw
+	d.budget.Observe(gw.SessionStartLimit, gw.Fetched)
+	d.gate.SetMaxConcurrency(m.maxConcurrency(&gw))
+	m.budgetChanged(time.Now())
+}
+
+// budgetChanged logs, loudly and once, when the governor starts or stops
+// refusing restarts.
+func (m *Manager) budgetChanged(now time.Time) {
+	d := &m.disc
+	st := d.budget.State(now)
+	if st.Blocking != d.blocking {
+		d.blocking = st.Blocking
+		if st.Blocking {
+			m.log.Error("IDENTIFY BUDGET BELOW FLOOR: crash-looping clusters will not be granted identifies until Discord's reset",
+				"remaining", st.Remaining, "floor", st.Floor, "reset_at", st.ResetAt)
+		} else {
+			m.log.Info("identify budget above floor again", "remaining", st.Remaining)
+		}
+	}
+	m.feedDiscordDirty = true
+}
+
+type evIdentify struct {
+	c *conn
+	f *ipc.Frame
+}
+
+// apply of evIdentify: an IDENTIFY from a cluster. The REPLY comes when its
+// slot is due, or at once with forbidden (budget), bad_frame, or later timeout.
+func (e evIdentify) apply(m *Manager) {
+	c, f, now := e.c, e.f, time.Now()
+	p := c.proc
+	switch {
+	case p == nil:
+		c.replyErr(f.ID, ipc.CodeForbidden, "IDENTIFY is for cluster connections")
+		return
+	case f.ID == "":
+		c.replyErr("", ipc.CodeBadFrame, "IDENTIFY needs an id: its REPLY is the grant")
+		return
+	case f.Shard == nil || *f.Shard < p.slot.first || *f.Shard > p.slot.last:
+		c.replyErr(f.ID, ipc.CodeBadFrame, "IDENTIFY needs a shard of this cluster (%d-%d)", p.slot.first, p.slot.last)
+		return
+	case p.state >= procQuiescing:
+		c.replyErr(f.ID, ipc.CodeForbidden, "the process is being stopped")
+		return
+	}
+	if ok, why := m.disc.budget.Allow(p.reason, now); !ok {
+		m.metrics.identifyRefused.Inc()
+		c.replyErr(f.ID, ipc.CodeForbidden, "%s", why)
+		return
+	}
+	r := &identReq{c: c, p: p, id: f.ID, shard: *f.Shard}
+	t, err := m.disc.gate.Ask(r.shard, now, r)
+	if err != nil {
+		c.replyErr(f.ID, ipc.CodeBadFrame, "%v", err)
+		return
+	}
+	r.ticket = t
+	timeout := m.cfg.Discord.IdentifyTimeout.Duration
+	if f.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(f.TimeoutMS)*time.Millisecond)
+	}
+	r.timer = time.AfterFunc(timeout, func() { m.post(evIdentifyExpire{r: r}) })
+	m.armGate(now)
+}
+
+type evIdentifyExpire struct{ r *identReq }
+
+func (e evIdentifyExpire) apply(m *Manager) {
+	if m.disc.gate.Cancel(e.r.ticket) {
+		e.r.c.replyErr(e.r.id, ipc.CodeTimeout, "no identify slot for shard %d within the deadline", e.r.shard)
+		m.armGate(time.Now())
+	}
+}
+
+type evGateDue struct{}
+
+// apply of evGateDue grants the slots that are due: each one checked against
+// the budget again (it may have run low while the request waited) and spent.
+func (evGateDue) apply(m *Manager) {
+	now := time.Now()
+	for _, g := range m.disc.gate.Due(now) {
+		r := g.Meta
+		r.timer.Stop()
+		if ok, why := m.disc.budget.Allow(r.p.reason, now); !ok {
+			m.metrics.identifyRefused.Inc()
+			r.c.replyErr(r.id, ipc.CodeForbidden, "%s", why)
+			continue
+		}
+		m.disc.budget.Spend(now)
+		m.disc.granted++
+		m.metrics.identifyGranted.Inc()
+		payload := fmt.Appendf(nil, `{"granted":true,"shard":%d,"bucket":%d}`, g.Shard, g.Bucket)
+		r.c.reply(r.id, payload)
+	}
+	m.budgetChanged(now)
+	m.armGate(now)
+}
+
+// armGate sets the timer for the gate's next due slot.
+func (m *Manager) armGate(now time.Time) {
+	d := &m.disc
+	next, ok := d.gate.Next()
+	if !ok {
+		if d.gateTimer != nil {
+			d.gateTimer.Stop()
+		}
+		return
+	}
+	wait := max(0, next.Sub(now))
+	if d.gateTimer == nil {
+		d.gateTimer = time.AfterFunc(wait, func() { m.post(evGateDue{}) })
+		return
+	}
+	d.gateTimer.Reset(wait)
+}
+
+// cancelIdentifies drops the waiting IDENTIFYs of a process that is gone:
+// nobody is left to answer, and their places go to the next waiters.
+func (m *Manager) cancelIdentifies(p *proc) {
+	dropped := m.disc.gate.CancelIf(func(g discord.Grant[*identReq]) bool { return g.Meta.p == p })
+	for _, g := range dropped {
+		g.Meta.timer.Stop()
+	}
+	if len(dropped) > 0 {
+		m.armGate(time.Now())
+	}
+}
+
+// takeResume records the resume state a cluster reported on HEARTBEAT or
+// QUIESCED, for the shards it owns. Only a cluster's own process counts: a
+// deploy's new generation, not yet serving, must not overwrite the sessions
+// of the process that is.
+func (m *Manager) takeResume(p *proc, raw json.RawMessage, now time.Time) {
+	if len(raw) == 0 || (!m.routedNow(p) && p.slot.current != p) {
+		return
+	}
+	var states []discord.ResumeState
+	if err := json.Unmarshal(raw, &states); err != nil {
+		m.log.Debug("unreadable resume state", "cluster", p.cluster, "err", err)
+		return
+	}
+	mine := states[:0]
+	for _, st := range states {
+		if st.Shard >= p.slot.first && st.Shard <= p.slot.last {
+			mine = append(mine, st)
+		}
+	}
+	if err := m.disc.resume.Update(mine, now); err != nil {
+		m.log.Debug("resume state partly refused", "cluster", p.cluster, "err", err)
+	}
+}
+
+// resumeFor is what a process's REGISTER reply hands it: the latest resume
+// state of its shards, unless it is a deploy's new generation (which must
+// open sessions of its own while the old process still holds these).
+func (m *Manager) resumeFor(p *proc) []discord.ResumeState {
+	if p.reason == discord.ReasonDeploy {
+		return nil
+	}
+	return m.disc.resume.Get(p.slot.first, p.slot.last, time.Now())
+}
+
+const resumeFileName = "resume-state.json"
+
+// saveResume writes the resume store behind, when it changed.
+func (m *Manager) saveResume() {
+	d := &m.disc
+	if m.cfg.State.Dir == "" || d.resume.Version() == d.resumeSaved {
+		return
+	}
+	d.resumeSaved = d.resume.Version()
+	b, err := d.resume.Marshal()
+	if err == nil {
+		err = writeAtomic(filepath.Join(m.cfg.State.Dir, resumeFileName), b)
+	}
+	if err != nil {
+		m.log.Error("cannot write resume state", "err", err)
+	}
+}
+
+func (m *Manager) loadResume() {
+	if m.cfg.State.Dir == "" {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(m.cfg.State.Dir, resumeFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		err = m.disc.resume.Unmarshal(b)
+	}
+	if err != nil {
+		m.log.Warn("ignoring resume state file", "err", err)
+		return
+	}
+	m.disc.resumeSaved = m.disc.resume.Version()
+}
+
+// DiscordStatus is the Discord part of Status. It never holds the token.
+type DiscordStatus struct {
+	RecommendedShards int                 `json:"recommended_shards,omitempty"`
+	MaxConcurrency    int                 `json:"max_concurrency"`
+	IdentifySpacingMS int64               `json:"identify_spacing_ms"`
+	IdentifyWaiting   int                 `json:"identify_waiting"`
+	IdentifyGranted   uint64              `json:"identify_granted"`
+	Budget            discord.BudgetState `json:"budget"`
+}
+
+func (m *Manager) discordStatus(now time.Time) *DiscordStatus {
+	d := &m.disc
+	ds := &DiscordStatus{
+		MaxConcurrency:    d.gate.MaxConcurrency(),
+		IdentifySpacingMS: d.gate.Spacing().Milliseconds(),
+		IdentifyWaiting:   d.gate.Len(),
+		IdentifyGranted:   d.granted,
+		Budget:            d.budget.State(now),
+	}
+	if d.gateway != nil {
+		ds.RecommendedShards = d.gateway.TotalShards()
+	}
+	return ds
+}
+
+type evGateway struct{ gw discord.GatewayBot }
+
+func (e evGateway) apply(m *Manager) { m.observeGateway(e.gw) }
