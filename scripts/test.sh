@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: vet, staticcheck, and every package's tests under the
-# race detector (fuzz seed corpora included). Needs only the Go toolchain.
+# race detector (fuzz seed corpora included). Needs the Go toolchain, and
+# Chromium for the status page's browser test: run as root, this installs
+# Debian's chromium package when it is missing (else that test is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,5 +15,15 @@ echo "== go vet"
 go vet ./...
 echo "== staticcheck"
 go tool staticcheck ./...
+echo "== chromium"
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+	echo "found $(command -v chromium || command -v chromium-browser)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "installing Debian's chromium package"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+else
+	echo "chromium is missing and cannot be installed here (not root): the status page's browser test will be skipped"
+fi
 echo "== go test -race"
 go test -race -count=1 -timeout 8m "$@" ./...

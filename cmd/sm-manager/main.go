@@ -7,14 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/manager"
-	"github.com/sm-supervisor/sm/unixsock"
+	"github.com/sm-supervisor/sm/statusws"
+	"github.com/sm-supervisor/sm/systemd"
 )
 
 func main() {
@@ -58,15 +62,59 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ln, err := unixsock.Listen(cfg.Socket, os.FileMode(cfg.SocketMode))
+	// systemd: sd_notify, watchdog, socket activation; no-ops without it.
+	// Read (and unset) its variables before any cluster is spawned.
+	notify := systemd.FromEnvironment(log)
+	ipcFD, statusFD, err := systemd.Activated(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(cfg.Socket)
+	// The public status page and feed: [status] listen, or systemd's socket.
+	statusLn, err := systemd.ListenStatus(cfg, statusFD)
+	if err != nil {
+		return err
+	}
+	// No os.Remove at exit: a socket made here is unlinked when Run closes
+	// it, and one systemd passed is systemd's.
+	ln, err := systemd.ListenIPC(cfg, ipcFD)
+	if err != nil {
+		if statusLn != nil {
+			statusLn.Close()
+		}
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	endNotify := notify.Start(ctx, m) // READY, STATUS, watchdog; STOPPING=1 on SIGTERM
+	defer endNotify()
 	log.Info("sm-manager serving", "socket", cfg.Socket, "topology", cfg.Topology.Generation().String(), "pid", os.Getpid())
-	return m.Run(ctx, ln)
+	if statusLn == nil {
+		return m.Run(ctx, ln)
+	}
+	return runWithStatus(ctx, log, cfg, m, ln, statusLn)
+}
+
+// runWithStatus runs the manager and the status page's server side by side;
+// either failing stops the other. The server outlives the manager's shutdown,
+// so the page shows the clusters stopping, and stops once the manager's Run
+// has returned (by then its feed has closed every subscription).
+func runWithStatus(ctx context.Context, log *slog.Logger, cfg *config.Config, m *manager.Manager, ln, statusLn net.Listener) error {
+	srv := &statusws.Server{
+		Feed:           m,
+		AllowedOrigins: cfg.Status.AllowedOrigins,
+		Logger:         log,
+		Buffer:         cfg.Limits.FeedBuffer,
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	defer stopSrv()
+	g.Go(func() error {
+		defer stopSrv()
+		return m.Run(gctx, ln)
+	})
+	g.Go(func() error { return srv.Run(srvCtx, statusLn) })
+	log.Info("status page serving", "addr", statusLn.Addr().String())
+	return g.Wait()
 }
 
 // usage is flag's usage without the hidden flags (those with no usage text).
