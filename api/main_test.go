@@ -75,6 +75,7 @@ func testConfig(t *testing.T, env map[string]string) *config.Config {
 	cfg.Deploy.ReadyTimeout = dur(5 * time.Second)
 	cfg.Deploy.QuiesceTimeout = dur(2 * time.Second)
 	cfg.Status.Listen, cfg.Admin.Listen = "", ""
+	cfg.Discord.IdentifySpacing = dur(time.Millisecond) // no 5s identify gate between shards
 	cfg.API.Listen = "127.0.0.1:0"
 	cfg.API.TokenFile = filepath.Join(dir, "api.token")
 	cfg.API.TokenEnv = ""

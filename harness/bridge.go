@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -31,13 +33,19 @@ type bridge struct {
 	log    *slog.Logger
 	client *ipc.Client
 	lines  chan []byte // for the child's stdin, newline-terminated
+
+	mu sync.Mutex
+	// pending holds the ids of the child's requests sent to the manager and
+	// not answered yet: if the connection ends first, their answers never
+	// come, and the bridge answers them itself (see registered).
+	pending map[string]struct{}
 }
 
 // runBridge starts the child and relays until it exits; the child's exit status
 // becomes an ExitError. ctx ending stops the child (SIGTERM, then SIGKILL after
 // ShutdownTimeout) and returns nil.
 func runBridge(ctx context.Context, cfg Config) error {
-	b := &bridge{cfg: cfg, log: cfg.Logger, lines: make(chan []byte, childQueue)}
+	b := &bridge{cfg: cfg, log: cfg.Logger, lines: make(chan []byte, childQueue), pending: make(map[string]struct{})}
 
 	// Pipes as *os.File: exec hands them to the child without copying
 	// goroutines, so Wait may run while the harness still reads and writes.
@@ -179,16 +187,42 @@ func childExit(err error) error {
 	return &ExitError{Code: ee.ExitCode(), Reason: "child exited"}
 }
 
-// registered tells the child about each registration with the manager.
+// registered tells the child about each registration with the manager, the
+// whole REGISTER reply payload included (resume state, identify gate). First
+// it answers the child's requests still waiting for the previous connection
+// with unavailable: their answers were lost with it (an IDENTIFY may have
+// waited minutes for its slot), and the child asks again after REGISTERED.
+//
+// A request the child sends in the instant between the new connection's
+// registration and this call is answered so too, though the manager has it;
+// the manager's own answer then reaches the child as a REPLY to an id it has
+// already seen answered, which a bot drops.
 func (b *bridge) registered(_ *ipc.Client, reply *ipc.Frame) {
 	logRegistration(b.log, b.cfg.Env, reply)
+	b.mu.Lock()
+	lost := slices.Sorted(maps.Keys(b.pending))
+	clear(b.pending)
+	b.mu.Unlock()
+	if len(lost) > 0 {
+		b.log.Warn("the connection to the manager ended before it answered the child's requests: answering them unavailable", "ids", lost)
+	}
+	for _, id := range lost {
+		b.enqueue(ipc.ReplyError(id, ipc.Errorf(ipc.CodeUnavailable, "the connection to the manager was lost before it answered: ask again")))
+	}
 	b.enqueue(&ipc.Frame{Op: OpRegistered, Payload: reply.Payload})
 }
 
 // toChild is the client's handler: every frame from the manager goes to the
-// child, payload bytes unchanged. It runs on the client's read goroutine, so a
-// child that stops reading gets busy replies rather than stalling the socket.
+// child, payload bytes unchanged, including the REPLYs to the child's own
+// requests (ipc.Client hands over every REPLY that is not to a request of its
+// own, and the bridge makes none). It runs on the client's read goroutine, so
+// a child that stops reading gets busy replies rather than stalling the socket.
 func (b *bridge) toChild(c *ipc.Client, f *ipc.Frame) {
+	if f.Op == ipc.OpReply {
+		b.mu.Lock()
+		delete(b.pending, f.ID)
+		b.mu.Unlock()
+	}
 	if b.enqueue(f) {
 		return
 	}
@@ -257,16 +291,30 @@ func (b *bridge) readChild(r io.Reader) {
 	}
 }
 
-// fromChild sends one of the child's frames to the manager. A request that
-// cannot be sent is answered to the child at once, so it never waits in vain.
+// fromChild sends one of the child's frames to the manager, unchanged (the
+// structural fields, such as resume on HEARTBEAT and QUIESCED, included). A
+// request that cannot be sent is answered to the child at once, so it never
+// waits in vain.
 func (b *bridge) fromChild(f *ipc.Frame) {
 	if f.Op == ipc.OpRegister {
 		b.log.Warn("dropped the child's REGISTER: the harness registers for it")
 		return
 	}
+	request := f.ID != "" && f.Op != ipc.OpReply
+	if request {
+		// Before sending: the answer may come before Send returns.
+		b.mu.Lock()
+		b.pending[f.ID] = struct{}{}
+		b.mu.Unlock()
+	}
 	err := b.client.Send(f)
 	if err == nil {
 		return
+	}
+	if request {
+		b.mu.Lock()
+		delete(b.pending, f.ID)
+		b.mu.Unlock()
 	}
 	if f.ID == "" || f.Op == ipc.OpReply {
 		level := slog.LevelWarn

@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/harness/harnesstest"
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -93,5 +94,67 @@ func TestBridgeBadCommand(t *testing.T) {
 	r := start(t, m, "--exec", "--", "/nonexistent/bot")
 	if err := r.result(t, wait); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Run = %v, want a start error", err)
+	}
+}
+
+func TestBridgeIdentifyAndResume(t *testing.T) {
+	t.Parallel()
+	given := []discord.ResumeState{{Shard: 4, SessionID: "0123456789abcdef0123456789abcdef", Seq: 42, ResumeURL: "wss://gateway.sim.invalid/?shard=4"}}
+	// Shard 6's slot never comes: the test drops the connection instead.
+	identify := func(f *ipc.Frame) *ipc.Frame {
+		if *f.Shard == 6 {
+			return nil
+		}
+		return harnesstest.Grant(f)
+	}
+	m := harnesstest.Start(t, harnesstest.Options{Identify: identify, Resume: given})
+	r := startBridge(t, m)
+	c := m.Accept(wait)
+
+	// The child got the whole REGISTER reply (the bot heartbeats with it as
+	// payload), and the resume it reports (the reply's, echoed) reaches the
+	// manager unchanged.
+	hb := c.ExpectOp(wait, ipc.OpHeartbeat)
+	var reg struct {
+		Identify map[string]any        `json:"identify"`
+		Resume   []discord.ResumeState `json:"resume"`
+	}
+	if err := json.Unmarshal(hb.Payload, &reg); err != nil || reg.Identify["gate"] != true || len(reg.Resume) != 1 || reg.Resume[0] != given[0] {
+		t.Fatalf("bot's heartbeat %s: the REGISTERED payload lacks identify or resume", ipc.Encode(hb))
+	}
+	wantResume := `[{"shard":4,"session_id":"0123456789abcdef0123456789abcdef","seq":42,"resume_url":"wss://gateway.sim.invalid/?shard=4"}]`
+	if string(hb.Resume) != wantResume {
+		t.Fatalf("HEARTBEAT resume %s, want %s", hb.Resume, wantResume)
+	}
+
+	// The child's own IDENTIFY reaches the manager as the child wrote it, and
+	// the grant comes back to the child.
+	c.Send(`{"op":"identify","id":"i1","payload":{"shard":5}}`)
+	ask := c.Expect(wait, "IDENTIFY", func(f *ipc.Frame) bool { return f.Op == ipc.OpIdentify })
+	if string(ipc.Encode(ask)) != `{"op":"IDENTIFY","id":"bot-i1","shard":5}` {
+		t.Fatalf("the child's IDENTIFY reached the manager as %s", ipc.Encode(ask))
+	}
+	if g := c.ExpectReply(wait, "i1"); g.Error != nil || string(g.Payload) != `{"granted":true,"shard":5,"bucket":0}` {
+		t.Fatalf("the child got %s for its IDENTIFY", ipc.Encode(g))
+	}
+
+	// An IDENTIFY still waiting when the connection ends is answered
+	// unavailable before the next REGISTERED, so the child asks again.
+	c.Send(`{"op":"identify","id":"i2","payload":{"shard":6}}`)
+	c.Expect(wait, "IDENTIFY of shard 6", func(f *ipc.Frame) bool { return f.Op == ipc.OpIdentify && *f.Shard == 6 })
+	c.Drop()
+	c2 := m.Accept(wait)
+	lost := c2.ExpectReply(wait, "i2") // the bot passes on what it got
+	if lost.Error == nil || lost.Error.Code != ipc.CodeUnavailable {
+		t.Fatalf("the child got %s for an IDENTIFY whose connection was lost", ipc.Encode(lost))
+	}
+	c2.ExpectOp(wait, ipc.OpHeartbeat) // after the new REGISTERED
+
+	c2.Send(`{"op":"QUIESCE"}`)
+	if q := c2.ExpectOp(wait, ipc.OpQuiesced); string(q.Resume) != wantResume {
+		t.Fatalf("QUIESCED resume %s, want %s", q.Resume, wantResume)
+	}
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run after the child quiesced = %v", err)
 	}
 }

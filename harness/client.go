@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -44,18 +45,86 @@ type Registration struct {
 	TotalShards         *int   `json:"total_shards"`
 	Active              *bool  `json:"active"`
 	HeartbeatIntervalMS *int64 `json:"heartbeat_interval_ms"`
+
+	// Identify describes the manager's identify gate; nil when the reply has
+	// no "identify" (an older manager, which has none).
+	Identify *IdentifyGate `json:"-"`
+	// Resume is the resume state the manager hands over for the cluster's
+	// shards (after a crash or a manager restart), as sent; see Resumable.
+	Resume []discord.ResumeState `json:"-"`
+	// Problems lists the parts of the payload that could not be read; the
+	// rest of it still counts.
+	Problems []string `json:"-"`
+}
+
+// IdentifyGate is the "identify" object of the REGISTER reply.
+type IdentifyGate struct {
+	// Gate: ask the manager (op IDENTIFY) before each IDENTIFY.
+	Gate           bool  `json:"gate"`
+	SpacingMS      int64 `json:"spacing_ms"`
+	MaxConcurrency int   `json:"max_concurrency"`
 }
 
 // parseRegistration reads a REGISTER reply payload; an empty one is no error.
+// A malformed "identify" or "resume" is no error either, but a Problem: the
+// harness then asks the gate anyway (an older manager answers unknown_op and
+// the shard identifies) and resumes nothing, the safe ways to be wrong.
 func parseRegistration(payload json.RawMessage) (Registration, error) {
 	var r Registration
 	if len(payload) == 0 || string(payload) == "null" {
 		return r, nil
 	}
+	var extra struct {
+		Identify json.RawMessage `json:"identify"`
+		Resume   json.RawMessage `json:"resume"`
+	}
 	if err := json.Unmarshal(payload, &r); err != nil {
 		return Registration{}, fmt.Errorf("REGISTER reply payload: %w", err)
 	}
+	if err := json.Unmarshal(payload, &extra); err != nil {
+		return Registration{}, fmt.Errorf("REGISTER reply payload: %w", err)
+	}
+	if len(extra.Identify) > 0 && string(extra.Identify) != "null" {
+		r.Identify = new(IdentifyGate)
+		if err := json.Unmarshal(extra.Identify, r.Identify); err != nil {
+			r.Identify = &IdentifyGate{Gate: true}
+			r.Problems = append(r.Problems, fmt.Sprintf("identify: %v (asking the gate anyway)", err))
+		}
+	}
+	if len(extra.Resume) > 0 && string(extra.Resume) != "null" {
+		if err := json.Unmarshal(extra.Resume, &r.Resume); err != nil {
+			r.Resume = nil
+			r.Problems = append(r.Problems, fmt.Sprintf("resume: %v (resuming nothing)", err))
+		}
+	}
 	return r, nil
+}
+
+// GateOn reports whether the manager wants an IDENTIFY asked for first.
+func (r Registration) GateOn() bool { return r.Identify != nil && r.Identify.Gate }
+
+// Resumable returns the usable resume state by shard: valid entries for
+// shards of env. The others are listed as problems, and the shards they name
+// identify instead.
+func (r Registration) Resumable(env Env) (map[int]discord.ResumeState, []string) {
+	var (
+		out      map[int]discord.ResumeState
+		problems []string
+	)
+	for _, st := range r.Resume {
+		switch err := st.Validate(); {
+		case err != nil:
+			problems = append(problems, err.Error())
+		case !env.Owns(st.Shard):
+			problems = append(problems, fmt.Sprintf("resume state of shard %d: not a shard of this cluster (%d..%d)", st.Shard, env.ShardFirst, env.ShardLast))
+		default:
+			if out == nil {
+				out = make(map[int]discord.ResumeState)
+			}
+			out[st.Shard] = st
+		}
+	}
+	return out, problems
 }
 
 // HeartbeatInterval is the interval the manager asks for, or fallback when it
@@ -97,6 +166,9 @@ func logRegistration(log *slog.Logger, env Env, reply *ipc.Frame) Registration {
 	log.Info("registered with the manager", "payload", reply.Payload)
 	for _, m := range reg.Mismatches(env) {
 		log.Warn("manager disagrees with the environment", "mismatch", m)
+	}
+	for _, p := range reg.Problems {
+		log.Warn("part of the REGISTER reply is unreadable", "problem", p)
 	}
 	return reg
 }

@@ -80,6 +80,12 @@ type SimOptions struct {
 	EventBuffer int
 	// OpDelay is how long each business op takes to handle.
 	OpDelay time.Duration
+	// IdentifyTimeout bounds each wait for the manager's identify gate; past
+	// it the shard asks again.
+	IdentifyTimeout time.Duration
+	// IdentifyRetry is how long a shard waits before asking the gate again
+	// after a refusal (forbidden) or a failed ask.
+	IdentifyRetry time.Duration
 
 	// FailReady leaves the last shard connecting forever: never ready.
 	FailReady bool
@@ -98,7 +104,7 @@ const CrashExitCode = 3
 // simOnlyFlags may not be combined with --exec.
 var simOnlyFlags = []string{
 	"heartbeat-interval", "connect-delay", "event-interval", "event-buffer", "op-delay",
-	"fail-ready", "crash-after", "hang-after", "ignore-quiesce",
+	"identify-timeout", "identify-retry", "fail-ready", "crash-after", "hang-after", "ignore-quiesce",
 }
 
 // ParseArgs parses the command line (args without the program name), then the
@@ -123,6 +129,8 @@ func ParseArgs(name string, args []string, getenv func(string) string, usage io.
 	fs.DurationVar(&cfg.Sim.EventInterval, "event-interval", 200*time.Millisecond, "interval of simulated gateway dispatches (0 = none)")
 	fs.IntVar(&cfg.Sim.EventBuffer, "event-buffer", 10000, "dispatches buffered before ACTIVATE; older ones are dropped past it")
 	fs.DurationVar(&cfg.Sim.OpDelay, "op-delay", 0, "time each business op takes to handle")
+	fs.DurationVar(&cfg.Sim.IdentifyTimeout, "identify-timeout", 10*time.Minute, "longest wait for the manager's identify gate before asking again")
+	fs.DurationVar(&cfg.Sim.IdentifyRetry, "identify-retry", 5*time.Second, "wait before asking the identify gate again after a refusal or a failed ask")
 	fs.BoolVar(&cfg.Sim.FailReady, "fail-ready", false, "failure: never become ready (the last shard never connects)")
 	fs.DurationVar(&cfg.Sim.CrashAfter, "crash-after", 0, fmt.Sprintf("failure: exit with code %d after this long (0 = never)", CrashExitCode))
 	fs.DurationVar(&cfg.Sim.HangAfter, "hang-after", 0, "failure: stop heartbeating and answering after this long, but stay alive (0 = never)")
@@ -192,6 +200,8 @@ func (c *Config) validate(set map[string]bool) error {
 	}
 	for _, f := range []durationFlag{
 		{"heartbeat-interval", c.Sim.HeartbeatInterval},
+		{"identify-timeout", c.Sim.IdentifyTimeout},
+		{"identify-retry", c.Sim.IdentifyRetry},
 		{"shutdown-timeout", c.ShutdownTimeout},
 	} {
 		if f.d <= 0 {

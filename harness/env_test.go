@@ -88,7 +88,8 @@ func TestParseArgs(t *testing.T) {
 		}
 		if c.Mode != ModeSimulate || c.ExitOnStart != nil || c.Sim.ConnectDelay != 100*time.Millisecond ||
 			c.Sim.EventInterval != 200*time.Millisecond || c.Sim.HeartbeatInterval != time.Second || c.Sim.OpDelay != 0 ||
-			c.ShutdownTimeout != 5*time.Second || c.MaxFrameBytes != 1<<20 || c.Env.Cluster != 1 {
+			c.ShutdownTimeout != 5*time.Second || c.MaxFrameBytes != 1<<20 || c.Env.Cluster != 1 ||
+			c.Sim.IdentifyTimeout != 10*time.Minute || c.Sim.IdentifyRetry != 5*time.Second {
 			t.Errorf("defaults: %+v", c)
 		}
 	})
@@ -130,6 +131,9 @@ func TestParseArgs(t *testing.T) {
 		{"sim with command", []string{"bot.py"}, nil, `unexpected argument "bot.py"`},
 		{"negative delay", []string{"--connect-delay=-1s"}, nil, "--connect-delay must not be negative"},
 		{"zero heartbeat", []string{"--heartbeat-interval=0"}, nil, "--heartbeat-interval must be positive"},
+		{"zero identify timeout", []string{"--identify-timeout=0"}, nil, "--identify-timeout must be positive"},
+		{"zero identify retry", []string{"--identify-retry=0s"}, nil, "--identify-retry must be positive"},
+		{"exec with identify flag", []string{"--exec", "--identify-retry=1s", "--", "bot"}, nil, "--identify-retry is for the simulated bot"},
 		{"exit code range", []string{"--exit-on-start=300"}, nil, "--exit-on-start"},
 		{"log format", []string{"--log-format=xml"}, nil, "--log-format"},
 		{"unknown flag", []string{"--nope"}, nil, "not defined"},

@@ -58,5 +58,11 @@ func (c Config) withDefaults() Config {
 	if c.Sim.HeartbeatInterval <= 0 {
 		c.Sim.HeartbeatInterval = time.Second
 	}
+	if c.Sim.IdentifyTimeout <= 0 {
+		c.Sim.IdentifyTimeout = 10 * time.Minute
+	}
+	if c.Sim.IdentifyRetry <= 0 {
+		c.Sim.IdentifyRetry = 5 * time.Second
+	}
 	return c
 }

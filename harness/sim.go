@@ -8,12 +8,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-// sim is the simulated bot. One loop goroutine owns the timers (shards
-// connecting, heartbeats, gateway events, injected failures, shutdown); the
-// client's read goroutine and one goroutine per business op share simState.
+// sim is the simulated bot. One loop goroutine owns the timers (heartbeats,
+// gateway events, injected failures, shutdown) and applies each shard's
+// connection; the connector goroutine opens the shards' sessions (asking the
+// identify gate), and it, the client's goroutines and one goroutine per
+// business op share simState and simRegistration under mu.
 type sim struct {
 	env   Env
 	opts  SimOptions
@@ -23,15 +26,25 @@ type sim struct {
 	pid   int
 
 	client     *ipc.Client
-	registered chan *ipc.Frame // the latest REGISTER reply, for the loop
-	quiesce    chan struct{}   // closed by the first QUIESCE
+	registered chan Registration // the latest REGISTER reply, for the loop
+	quiesce    chan struct{}     // closed by the first QUIESCE
 	closeOnce  sync.Once
 
 	opCtx context.Context // cancelled when the sim stops: cuts --op-delay short
 	ops   sync.WaitGroup  // business ops in flight; Add only under mu while !quiescing
 
-	mu sync.Mutex
-	st simState
+	mu  sync.Mutex
+	st  simState
+	reg simRegistration
+}
+
+// simRegistration is what the latest REGISTER reply says about opening
+// gateway sessions, for the shard connector.
+type simRegistration struct {
+	seq     uint64 // registrations so far: 0 until the first
+	gate    bool   // ask the identify gate before identifying
+	resume  map[int]discord.ResumeState
+	changed chan struct{} // closed by the next registration
 }
 
 // runSim runs the simulated bot until it has quiesced, crashed on purpose, its
@@ -45,11 +58,12 @@ func runSim(ctx context.Context, cfg Config) error {
 		now:        cfg.Now,
 		start:      cfg.Now(),
 		pid:        os.Getpid(),
-		registered: make(chan *ipc.Frame, 1),
+		registered: make(chan Registration, 1),
 		quiesce:    make(chan struct{}),
 		opCtx:      opCtx,
+		reg:        simRegistration{changed: make(chan struct{})},
 	}
-	s.client = newClient(cfg, cfg.Logger, s.handle, func(_ *ipc.Client, reply *ipc.Frame) { offer(s.registered, reply) })
+	s.client = newClient(cfg, cfg.Logger, s.handle, s.registeredWith)
 
 	clientCtx, stopClient := context.WithCancel(ctx)
 	clientDone := make(chan struct{})
@@ -76,12 +90,13 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 
 	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
-	connectTimer := time.NewTimer(s.opts.ConnectDelay)
-	defer connectTimer.Stop()
-	connect := connectTimer.C
-	if goal == 0 {
-		connect = nil
-	}
+	// The connector opens the shards' sessions one after another and hands
+	// each to the loop once connected; it stops when the bot quiesces or hangs.
+	up := make(chan shardSession)
+	connectCtx, stopConnecting := context.WithCancel(ctx)
+	var connector sync.WaitGroup
+	connector.Go(func() { s.connectShards(connectCtx, goal, up) })
+	defer func() { stopConnecting(); connector.Wait() }()
 	var events <-chan time.Time
 	if s.opts.EventInterval > 0 {
 		ticker := time.NewTicker(s.opts.EventInterval)
@@ -103,6 +118,7 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 			inFlight := s.st.inFlight
 			s.mu.Unlock()
 			s.log.Info("quiescing: refusing new ops, finishing in-flight ones", "why", why, "in_flight", inFlight)
+			stopConnecting() // a leaving process opens no more sessions
 			d := make(chan struct{})
 			go func() { s.ops.Wait(); close(d) }()
 			drained = d
@@ -122,25 +138,19 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 			// With Reconnect set, the client ends before ctx only when refused.
 			return *clientErr
 
-		case reply := <-s.registered:
-			reg := logRegistration(s.log, s.env, reply)
+		case reg := <-s.registered:
 			heartbeat.Reset(reg.HeartbeatInterval(s.opts.HeartbeatInterval))
 			s.heartbeat()
 
 		case <-heartbeat.C:
 			s.heartbeat()
 
-		case <-connect:
+		case sess := <-up:
 			s.mu.Lock()
-			s.st.connected++
+			s.st.shardUp(sess)
 			connected := s.st.connected
 			s.mu.Unlock()
-			s.log.Debug("shard connected", "shard", s.env.ShardFirst+connected-1)
-			if connected < goal {
-				connectTimer.Reset(s.opts.ConnectDelay)
-			} else {
-				connect = nil
-			}
+			s.log.Debug("shard connected", "shard", s.env.ShardFirst+connected-1, "resumed", sess.resumed, "seq", sess.seq)
 			if isReady(connected, n) {
 				s.log.Info("all shards connected: ready", "shards", n)
 				s.heartbeat() // at once, so a deploy need not wait an interval
@@ -162,6 +172,7 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 			s.st.hung = true
 			s.mu.Unlock()
 			s.log.Warn("simulated hang (--hang-after): no more heartbeats or answers")
+			stopConnecting()
 			hang = nil
 
 		case <-quiesce:
@@ -182,7 +193,8 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 			}
 
 		case <-drained:
-			if err := sendAndFlush(s.client, &ipc.Frame{Op: ipc.OpQuiesced}); err != nil {
+			st := s.snapshot()
+			if err := sendAndFlush(s.client, &ipc.Frame{Op: ipc.OpQuiesced, Resume: s.resumeJSON(st)}); err != nil {
 				s.log.Warn("QUIESCED may not have reached the manager", "err", err)
 			}
 			s.log.Info("quiesced: exiting")
@@ -198,11 +210,38 @@ func (s *sim) loop(ctx context.Context, cfg Config, clientDone <-chan struct{}, 
 	}
 }
 
+// registeredWith is the client's OnConnect: it records what the REGISTER
+// reply says about sessions for the connector and hands the reply to the loop.
+func (s *sim) registeredWith(_ *ipc.Client, reply *ipc.Frame) {
+	reg := logRegistration(s.log, s.env, reply)
+	resume, problems := reg.Resumable(s.env)
+	for _, p := range problems {
+		s.log.Warn("ignored resume state from the manager", "problem", p)
+	}
+	if reg.Identify != nil {
+		s.log.Info("the manager's identify gate", "gate", reg.Identify.Gate,
+			"spacing_ms", reg.Identify.SpacingMS, "max_concurrency", reg.Identify.MaxConcurrency)
+	}
+	s.mu.Lock()
+	s.reg.seq++
+	s.reg.gate = reg.GateOn()
+	s.reg.resume = resume
+	close(s.reg.changed)
+	s.reg.changed = make(chan struct{})
+	s.mu.Unlock()
+	offer(s.registered, reg)
+}
+
+// snapshot is a copy of the bot's state.
+func (s *sim) snapshot() simState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.snapshot()
+}
+
 // heartbeat sends HEARTBEAT with the current stats, unless the bot is hung.
 func (s *sim) heartbeat() {
-	s.mu.Lock()
-	st := s.st
-	s.mu.Unlock()
+	st := s.snapshot()
 	if st.hung {
 		return
 	}
@@ -211,18 +250,35 @@ func (s *sim) heartbeat() {
 		s.log.Error("encode heartbeat", "err", err)
 		return
 	}
-	f := &ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(isReady(st.connected, s.env.Shards())), Payload: payload}
+	f := &ipc.Frame{
+		Op:      ipc.OpHeartbeat,
+		Ready:   ipc.Bool(isReady(st.connected, s.env.Shards())),
+		Resume:  s.resumeJSON(st),
+		Payload: payload,
+	}
 	if err := s.client.Send(f); err != nil {
 		s.log.Debug("heartbeat not sent", "err", err)
 	}
 }
 
+// resumeJSON is the "resume" field for st: one entry per connected shard,
+// nil (left out) with none.
+func (s *sim) resumeJSON(st simState) json.RawMessage {
+	states := st.resumeStates(s.env)
+	if len(states) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(states)
+	if err != nil {
+		s.log.Error("encode resume state", "err", err)
+		return nil
+	}
+	return b
+}
+
 // stats is the bot's current Stats.
 func (s *sim) stats() Stats {
-	s.mu.Lock()
-	st := s.st
-	s.mu.Unlock()
-	return buildStats(s.env, st, s.now().Sub(s.start), memoryBytes())
+	return buildStats(s.env, s.snapshot(), s.now().Sub(s.start), memoryBytes())
 }
 
 // handle receives every frame from the manager on the client's read goroutine,
@@ -236,6 +292,12 @@ func (s *sim) handle(c *ipc.Client, f *ipc.Frame) {
 	}
 	switch f.Op {
 	case ipc.OpReply:
+		if g, err := parseGrant(f.Payload); err == nil && g.Granted {
+			// The connector gave up on this IDENTIFY (its deadline passed)
+			// just before the slot came: the slot is lost.
+			s.log.Warn("dropped an identify grant that came after its request was given up", "id", f.ID, "payload", f.Payload)
+			return
+		}
 		s.log.Debug("dropped a REPLY to no request of ours", "id", f.ID)
 	case ipc.OpActivate:
 		s.mu.Lock()
@@ -254,7 +316,7 @@ func (s *sim) handle(c *ipc.Client, f *ipc.Frame) {
 		s.st.quiescing = true
 		s.mu.Unlock()
 		s.closeOnce.Do(func() { close(s.quiesce) })
-	case ipc.OpRegister, ipc.OpHeartbeat, ipc.OpQuiesced, ipc.OpDeploy:
+	case ipc.OpRegister, ipc.OpHeartbeat, ipc.OpQuiesced, ipc.OpDeploy, ipc.OpIdentify:
 		s.reply(c, f, nil, ipc.Errorf(ipc.CodeUnknownOp, "%s is for the manager, not a cluster", f.Op))
 	default:
 		s.serve(c, f)

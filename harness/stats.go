@@ -1,15 +1,34 @@
 package harness
 
 import (
+	"fmt"
 	"runtime"
+	"slices"
 	"time"
+
+	"github.com/sm-supervisor/sm/discord"
 )
 
 // Shard statuses in Stats, as a gateway library reports them.
 const (
 	ShardConnecting = "connecting"
 	ShardReady      = "ready"
+	// ShardWaitingBudget: the manager's budget governor refused the shard's
+	// IDENTIFY (forbidden); it stays down and asks again every --identify-retry.
+	ShardWaitingBudget = "waiting_budget"
 )
+
+// How a connected shard got its gateway session, in ShardStats.Session.
+const (
+	SessionIdentified = "identified" // a new session: IDENTIFY, one session start spent
+	SessionResumed    = "resumed"    // RESUME of the session the REGISTER reply handed over
+)
+
+// simResumeURL is the resume_gateway_url the simulated gateway hands a shard
+// in READY (.invalid: it is never dialled).
+func simResumeURL(shard int) string {
+	return fmt.Sprintf("wss://gateway.sim.invalid/?shard=%d", shard)
+}
 
 // Stats is the simulated bot's view of itself: the HEARTBEAT payload and the
 // answer to the stats op. The manager passes it to the status feed unread.
@@ -25,6 +44,9 @@ type Stats struct {
 	Quiescing        bool         `json:"quiescing"`
 	RequestsHandled  int64        `json:"requests_handled"`
 	RequestsInFlight int          `json:"requests_in_flight"`
+	// Identifies and Resumes count the sessions this process opened each way.
+	Identifies int `json:"identifies"`
+	Resumes    int `json:"resumes"`
 }
 
 // ShardStats is one shard's line in Stats. PingMS is -1 until the shard is
@@ -34,11 +56,30 @@ type ShardStats struct {
 	Status string `json:"status"`
 	PingMS int    `json:"ping_ms"`
 	Guilds int    `json:"guilds"`
+	// Session is SessionIdentified or SessionResumed once the shard is
+	// connected, and left out before.
+	Session string `json:"session,omitempty"`
 }
 
-// simState is the simulated bot's mutable state.
+// shardSession is one connected shard's gateway session: what a RESUME needs.
+type shardSession struct {
+	resumed   bool
+	sessionID string
+	seq       int64 // the last sequence number received
+	resumeURL string
+}
+
+// simState is the simulated bot's mutable state. It holds a slice: copy it
+// with snapshot, not by assignment.
 type simState struct {
-	connected        int // shards connected so far, in order from the first
+	connected int // shards connected so far, in order from the first
+	// sessions[i] is the session of shard ShardFirst+i, for i < connected.
+	sessions []shardSession
+	// budgetHeld: the next shard to connect (the one at index connected) is
+	// held down by the manager's budget governor.
+	budgetHeld       bool
+	identifies       int
+	resumes          int
 	active           bool
 	quiescing        bool
 	hung             bool
@@ -64,19 +105,62 @@ func buildStats(env Env, st simState, uptime time.Duration, mem uint64) Stats {
 		Quiescing:        st.quiescing,
 		RequestsHandled:  st.requestsHandled,
 		RequestsInFlight: st.inFlight,
+		Identifies:       st.identifies,
+		Resumes:          st.resumes,
 	}
 	for i := range env.Shards() {
 		id := env.ShardFirst + i
 		sh := ShardStats{ID: id, Status: ShardConnecting, PingMS: -1}
-		if i < st.connected {
+		switch {
+		case i < st.connected:
 			sh.Status = ShardReady
 			sh.PingMS = simPing(id, uptime)
 			sh.Guilds = simGuilds(id)
 			s.Guilds += sh.Guilds
+			sh.Session = SessionIdentified
+			if i < len(st.sessions) && st.sessions[i].resumed {
+				sh.Session = SessionResumed
+			}
+		case i == st.connected && st.budgetHeld:
+			sh.Status = ShardWaitingBudget
 		}
 		s.Shards = append(s.Shards, sh)
 	}
 	return s
+}
+
+// snapshot copies st, sessions included, for use after the lock is released.
+func (st *simState) snapshot() simState {
+	c := *st
+	c.sessions = slices.Clone(st.sessions)
+	return c
+}
+
+// shardUp records that the next shard has connected with session sess.
+func (st *simState) shardUp(sess shardSession) {
+	st.sessions = append(st.sessions[:st.connected], sess)
+	st.connected++
+	st.budgetHeld = false
+	if sess.resumed {
+		st.resumes++
+	} else {
+		st.identifies++
+	}
+}
+
+// resumeStates is what a RESUME of each connected shard of env needs: the
+// "resume" field of HEARTBEAT and QUIESCED. It is nil with no shard connected.
+func (st *simState) resumeStates(env Env) []discord.ResumeState {
+	var out []discord.ResumeState
+	for i, sess := range st.sessions[:min(st.connected, len(st.sessions))] {
+		out = append(out, discord.ResumeState{
+			Shard:     env.ShardFirst + i,
+			SessionID: sess.sessionID,
+			Seq:       sess.seq,
+			ResumeURL: sess.resumeURL,
+		})
+	}
+	return out
 }
 
 // simGuilds is the made-up guild count of a shard: 900..1149, fixed per shard.
@@ -110,7 +194,13 @@ func connectGoal(n int, failReady bool) int {
 // gatewayEvent records one dispatch from a connected shard: handled at once by
 // an active process, buffered (at most bufferCap, dropping the oldest) by one
 // that awaits ACTIVATE. With no shard connected there is no event.
+//
+// Every connected shard receives the dispatch, so each one's sequence number
+// goes up.
 func (st *simState) gatewayEvent(bufferCap int) {
+	for i := range st.sessions[:min(st.connected, len(st.sessions))] {
+		st.sessions[i].seq++
+	}
 	switch {
 	case st.connected == 0:
 	case st.active:

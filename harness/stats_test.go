@@ -2,13 +2,17 @@ package harness
 
 import (
 	"encoding/json"
+	"reflect"
+	"regexp"
 	"testing"
 	"time"
 )
 
 func TestBuildStats(t *testing.T) {
 	env := Env{Cluster: 1, ShardFirst: 4, ShardLast: 6, TotalShards: 8}
-	st := simState{connected: 2, active: true, eventsBuffered: 1, eventsDispatched: 10, eventsDropped: 2, requestsHandled: 5, inFlight: 1}
+	st := simState{active: true, eventsBuffered: 1, eventsDispatched: 10, eventsDropped: 2, requestsHandled: 5, inFlight: 1}
+	st.shardUp(shardSession{resumed: true, sessionID: "s4", seq: 41, resumeURL: "wss://a.invalid"})
+	st.shardUp(newSession(5))
 	s := buildStats(env, st, 2500*time.Millisecond, 1234)
 
 	if len(s.Shards) != 3 {
@@ -30,14 +34,21 @@ func TestBuildStats(t *testing.T) {
 		t.Errorf("guilds %d is not the sum of the shards'", s.Guilds)
 	}
 	if s.UptimeMS != 2500 || s.MemoryBytes != 1234 || !s.Active || s.EventsBuffered != 1 || s.EventsDispatched != 10 ||
-		s.EventsDropped != 2 || s.RequestsHandled != 5 || s.RequestsInFlight != 1 {
+		s.EventsDropped != 2 || s.RequestsHandled != 5 || s.RequestsInFlight != 1 || s.Identifies != 1 || s.Resumes != 1 {
 		t.Errorf("stats %+v", s)
+	}
+	if s.Shards[0].Session != SessionResumed || s.Shards[1].Session != SessionIdentified || s.Shards[2].Session != "" {
+		t.Errorf("sessions %+v", s.Shards)
+	}
+	st.budgetHeld = true
+	if sh := buildStats(env, st, 0, 0).Shards[2]; sh.Status != ShardWaitingBudget || sh.PingMS != -1 {
+		t.Errorf("a shard the governor holds down: %+v", sh)
 	}
 
 	b, _ := json.Marshal(s)
 	var keys map[string]json.RawMessage
 	json.Unmarshal(b, &keys)
-	for _, k := range []string{"shards", "guilds", "memory_bytes", "uptime_ms", "events_buffered", "events_dispatched", "active", "requests_handled"} {
+	for _, k := range []string{"shards", "guilds", "memory_bytes", "uptime_ms", "events_buffered", "events_dispatched", "active", "requests_handled", "identifies", "resumes"} {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("stats JSON lacks %q: %s", k, b)
 		}
@@ -64,15 +75,18 @@ func TestReadiness(t *testing.T) {
 func TestGatewayEvents(t *testing.T) {
 	var st simState
 	st.gatewayEvent(2)
-	if st != (simState{}) {
+	if !reflect.DeepEqual(st, simState{}) {
 		t.Fatalf("an event with no shard connected: %+v", st)
 	}
-	st.connected = 1
+	st.shardUp(shardSession{sessionID: "a", seq: 1})
 	for range 3 {
 		st.gatewayEvent(2)
 	}
 	if st.eventsBuffered != 2 || st.eventsDropped != 1 || st.eventsDispatched != 0 {
 		t.Fatalf("before ACTIVATE: %+v", st)
+	}
+	if st.sessions[0].seq != 4 {
+		t.Fatalf("seq %d after READY and 3 dispatches, want 4", st.sessions[0].seq)
 	}
 	if n := st.activate(); n != 2 || st.eventsBuffered != 0 || st.eventsDispatched != 2 || !st.active {
 		t.Fatalf("activate = %d: %+v", n, st)
@@ -83,5 +97,42 @@ func TestGatewayEvents(t *testing.T) {
 	st.gatewayEvent(2)
 	if st.eventsDispatched != 3 || st.eventsBuffered != 0 {
 		t.Fatalf("after ACTIVATE: %+v", st)
+	}
+}
+
+func TestResumeStates(t *testing.T) {
+	env := Env{Cluster: 1, ShardFirst: 4, ShardLast: 6, TotalShards: 8}
+	var st simState
+	if got := st.resumeStates(env); got != nil {
+		t.Fatalf("no shard connected: %+v", got)
+	}
+	st.shardUp(shardSession{resumed: true, sessionID: "s4", seq: 41, resumeURL: "wss://a.invalid/x"})
+	st.shardUp(newSession(5))
+	st.gatewayEvent(10)
+	got := st.resumeStates(env)
+	if len(got) != 2 || got[0].Shard != 4 || got[0].SessionID != "s4" || got[0].Seq != 42 || got[0].ResumeURL != "wss://a.invalid/x" {
+		t.Fatalf("resume states %+v", got)
+	}
+	if got[1].Shard != 5 || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(got[1].SessionID) || got[1].Seq != 2 ||
+		got[1].ResumeURL != "wss://gateway.sim.invalid/?shard=5" {
+		t.Fatalf("resume state of an identified shard %+v", got[1])
+	}
+	for _, rs := range got {
+		if err := rs.Validate(); err != nil {
+			t.Errorf("the manager would refuse %+v: %v", rs, err)
+		}
+	}
+	b, _ := json.Marshal(got[1])
+	if want := `{"shard":5,"session_id":"` + got[1].SessionID + `","seq":2,"resume_url":"wss://gateway.sim.invalid/?shard=5"}`; string(b) != want {
+		t.Errorf("wire form %s, want %s", b, want)
+	}
+	// A snapshot does not share sessions with the state it was taken from.
+	snap := st.snapshot()
+	st.gatewayEvent(10)
+	if snap.sessions[0].seq != 42 {
+		t.Error("snapshot shares its sessions")
+	}
+	if newSession(5).sessionID == got[1].SessionID {
+		t.Error("session ids repeat")
 	}
 }

@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/harness/harnesstest"
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -270,4 +272,46 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func TestSimulateIdentifyGateAndResume(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		asks []int
+	)
+	identify := func(f *ipc.Frame) *ipc.Frame {
+		mu.Lock()
+		defer mu.Unlock()
+		asks = append(asks, *f.Shard)
+		if len(asks) == 1 { // the budget governor refuses once
+			return harnesstest.Deny(f, ipc.CodeForbidden)
+		}
+		return harnesstest.Grant(f)
+	}
+	resume := []discord.ResumeState{{Shard: 2, SessionID: "0123456789abcdef0123456789abcdef", Seq: 42, ResumeURL: "wss://gateway.sim.invalid/?shard=2"}}
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 50, Identify: identify, Resume: resume})
+	p := startHarness(t, m, []string{"SM_HARNESS_FLAGS=--identify-retry=50ms"}, "--connect-delay=0")
+	c := m.Accept(wait)
+	hb := c.Expect(wait, "HEARTBEAT ready:true", func(f *ipc.Frame) bool { return f.Op == ipc.OpHeartbeat && *f.Ready })
+	for _, want := range []string{`"id":2,"status":"ready"`, `"session":"resumed"`, `"id":3,"status":"ready"`, `"session":"identified"`, `"identifies":1,"resumes":1`} {
+		if !bytes.Contains(hb.Payload, []byte(want)) {
+			t.Errorf("heartbeat stats lack %s: %s", want, hb.Payload)
+		}
+	}
+	if !bytes.Contains(hb.Resume, []byte(`{"shard":2,"session_id":"0123456789abcdef0123456789abcdef","seq":42,`)) || !bytes.Contains(hb.Resume, []byte(`"shard":3`)) {
+		t.Errorf("heartbeat resume %s", hb.Resume)
+	}
+	mu.Lock()
+	if fmt.Sprint(asks) != "[3 3]" {
+		t.Errorf("asked the gate for shards %v, want 3 twice (refused, then granted)", asks)
+	}
+	mu.Unlock()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if q := c.ExpectOp(wait, ipc.OpQuiesced); !bytes.Contains(q.Resume, []byte(`"shard":3`)) {
+		t.Errorf("QUIESCED resume %s", q.Resume)
+	}
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM", code)
+	}
 }

@@ -4,15 +4,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sm-supervisor/sm/config"
@@ -58,7 +64,15 @@ func run() error {
 	}
 	log := newLogger(cfg.LogLevel, *logJSON)
 
-	m, err := manager.New(manager.Options{Config: cfg, Logger: log})
+	// Discord's /gateway/bot, with a token: total_shards = "auto", the
+	// identify buckets and the session-start budget.
+	gw, fetch, err := discordGateway(cfg, log)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := manager.New(manager.Options{Config: cfg, Logger: log, Registry: reg, Gateway: gw, FetchGateway: fetch})
 	if err != nil {
 		return err
 	}
@@ -74,12 +88,24 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Prometheus metrics: [admin] listen (loopback by default).
+	var adminLn net.Listener
+	if cfg.Admin.Listen != "" {
+		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			if statusLn != nil {
+				statusLn.Close()
+			}
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+	}
 	// No os.Remove at exit: a socket made here is unlinked when Run closes
 	// it, and one systemd passed is systemd's.
 	ln, err := systemd.ListenIPC(cfg, ipcFD)
 	if err != nil {
-		if statusLn != nil {
-			statusLn.Close()
+		for _, l := range []net.Listener{statusLn, adminLn} {
+			if l != nil {
+				l.Close()
+			}
 		}
 		return err
 	}
@@ -88,23 +114,15 @@ func run() error {
 	endNotify := notify.Start(ctx, m) // READY, STATUS, watchdog; STOPPING=1 on SIGTERM
 	defer endNotify()
 	log.Info("sm-manager serving", "socket", cfg.Socket, "topology", cfg.Topology.Generation().String(), "pid", os.Getpid())
-	if statusLn == nil {
-		return m.Run(ctx, ln)
-	}
-	return runWithStatus(ctx, log, cfg, m, ln, statusLn)
+	return runAll(ctx, log, cfg, m, reg, ln, statusLn, adminLn)
 }
 
-// runWithStatus runs the manager and the status page's server side by side;
-// either failing stops the other. The server outlives the manager's shutdown,
-// so the page shows the clusters stopping, and stops once the manager's Run
-// has returned (by then its feed has closed every subscription).
-func runWithStatus(ctx context.Context, log *slog.Logger, cfg *config.Config, m *manager.Manager, ln, statusLn net.Listener) error {
-	srv := &statusws.Server{
-		Feed:           m,
-		AllowedOrigins: cfg.Status.AllowedOrigins,
-		Logger:         log,
-		Buffer:         cfg.Limits.FeedBuffer,
-	}
+// runAll runs the manager with the status page's server and the metrics
+// server (each optional) side by side; either failing stops the others. The
+// servers outlive the manager's shutdown, so the page shows the clusters
+// stopping, and stop once the manager's Run has returned (by then its feed
+// has closed every subscription).
+func runAll(ctx context.Context, log *slog.Logger, cfg *config.Config, m *manager.Manager, reg *prometheus.Registry, ln, statusLn, adminLn net.Listener) error {
 	g, gctx := errgroup.WithContext(ctx)
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
@@ -112,9 +130,34 @@ func runWithStatus(ctx context.Context, log *slog.Logger, cfg *config.Config, m 
 		defer stopSrv()
 		return m.Run(gctx, ln)
 	})
-	g.Go(func() error { return srv.Run(srvCtx, statusLn) })
-	log.Info("status page serving", "addr", statusLn.Addr().String())
+	if statusLn != nil {
+		srv := &statusws.Server{
+			Feed:           m,
+			AllowedOrigins: cfg.Status.AllowedOrigins,
+			Logger:         log,
+			Buffer:         cfg.Limits.FeedBuffer,
+		}
+		g.Go(func() error { return srv.Run(srvCtx, statusLn) })
+		log.Info("status page serving", "addr", "http://"+statusLn.Addr().String()+"/")
+	}
+	if adminLn != nil {
+		g.Go(func() error { return serveMetrics(srvCtx, reg, adminLn) })
+		log.Info("metrics serving", "addr", "http://"+adminLn.Addr().String()+"/metrics")
+	}
 	return g.Wait()
+}
+
+// serveMetrics serves /metrics on ln until ctx is done.
+func serveMetrics(ctx context.Context, reg *prometheus.Registry, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	return nil
 }
 
 // usage is flag's usage without the hidden flags (those with no usage text).

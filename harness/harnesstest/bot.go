@@ -19,19 +19,28 @@ const (
 	BotOpNoise = "noise"
 	// BotOpExit exits with the code in its payload ({"code":N}) without a reply.
 	BotOpExit = "exit"
+	// BotOpIdentify ({"shard":N}) makes the bot ask the manager's identify
+	// gate for shard N, as a bot behind the bridge does: it sends
+	// {"op":"IDENTIFY","id":"bot-<id>","shard":N} and answers the op with
+	// the REPLY it gets, payload or error.
+	BotOpIdentify = "identify"
 )
 
 // Bot is the smallest bot the exec bridge can run, for tests that re-exec
 // their binary as the child: it reads frames as lines on in and writes frames
 // as lines to out. On REGISTERED it heartbeats ready with the registration as
-// payload; it answers echo (payload unchanged) and the BotOp* ops; on QUIESCE
-// it writes QUIESCED and returns 0. It returns the process's exit code.
+// payload and the registration's "resume" (if any) as its resume field; it
+// answers echo (payload unchanged) and the BotOp* ops; on QUIESCE it writes
+// QUIESCED, with the same resume field, and returns 0. It returns the
+// process's exit code.
 func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 	w := bufio.NewWriter(out)
 	emit := func(f *ipc.Frame) {
 		w.Write(append(ipc.AppendFrame(nil, f), '\n'))
 		w.Flush()
 	}
+	var resume json.RawMessage        // of the last REGISTERED
+	asking := map[string]*ipc.Frame{} // IDENTIFY id → the identify op it answers
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -41,11 +50,25 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 		}
 		switch f.Op {
 		case "REGISTERED":
-			emit(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true), Payload: f.Payload})
+			var reg struct{ Resume json.RawMessage }
+			json.Unmarshal(f.Payload, &reg)
+			resume = reg.Resume
+			emit(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true), Resume: resume, Payload: f.Payload})
 		case ipc.OpQuiesce:
-			emit(&ipc.Frame{Op: ipc.OpQuiesced})
+			emit(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume})
 			return 0
-		case ipc.OpActivate, ipc.OpReply:
+		case ipc.OpReply:
+			if op, ok := asking[f.ID]; ok {
+				delete(asking, f.ID)
+				emit(&ipc.Frame{Op: ipc.OpReply, ID: op.ID, Payload: f.Payload, Error: f.Error})
+			}
+		case BotOpIdentify:
+			var p struct{ Shard int }
+			json.Unmarshal(f.Payload, &p)
+			id := "bot-" + f.ID
+			asking[id] = f
+			emit(&ipc.Frame{Op: ipc.OpIdentify, ID: id, Shard: ipc.Int(p.Shard)})
+		case ipc.OpActivate:
 		case "echo":
 			emit(ipc.Reply(f.ID, f.Payload))
 		case BotOpEnv:

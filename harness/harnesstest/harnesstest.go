@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,16 +16,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
 // Options shape a Manager.
 type Options struct {
 	// Register answers each REGISTER; a reply with an error refuses it and
-	// closes the connection. Nil means Accepting(HeartbeatIntervalMS).
+	// closes the connection. Nil means AcceptingWith(HeartbeatIntervalMS,
+	// ...): the default reply, with "identify" if Identify is set and
+	// "resume" if Resume is.
 	Register func(reg *ipc.Frame) *ipc.Frame
 	// HeartbeatIntervalMS goes in the default REGISTER reply; 0 leaves it out.
 	HeartbeatIntervalMS int
+
+	// Identify makes the fake a manager with an identify gate: the default
+	// REGISTER reply says so (GateInfo), and Identify answers each IDENTIFY
+	// request with the frame it returns (Grant, Deny), or not at all if it
+	// returns nil, leaving the answer to the test (Conn.SendFrame). Either
+	// way the IDENTIFY is recorded like every frame. Identify runs on the
+	// connection's read goroutine: it must not block, and may run for two
+	// connections at once. Without it an IDENTIFY gets unknown_target, as
+	// from a manager older than the gate.
+	Identify func(f *ipc.Frame) *ipc.Frame
+	// Resume goes in the default REGISTER reply as "resume", on every
+	// registration.
+	Resume []discord.ResumeState
+}
+
+// GateInfo is the "identify" object of the default REGISTER reply when
+// Options.Identify is set.
+var GateInfo = map[string]any{"gate": true, "spacing_ms": 5000, "max_concurrency": 1}
+
+// Manual is an Options.Identify that answers nothing: the test answers each
+// IDENTIFY itself.
+func Manual(*ipc.Frame) *ipc.Frame { return nil }
+
+// Grant is an Options.Identify that grants every IDENTIFY at once, and the
+// grant a test sends: {"granted":true,"shard":n,"bucket":0}.
+func Grant(f *ipc.Frame) *ipc.Frame {
+	shard := -1
+	if f.Shard != nil {
+		shard = *f.Shard
+	}
+	return ipc.Reply(f.ID, json.RawMessage(fmt.Sprintf(`{"granted":true,"shard":%d,"bucket":0}`, shard)))
+}
+
+// Deny is the REPLY refusing f with code (forbidden, timeout, ...).
+func Deny(f *ipc.Frame, code string) *ipc.Frame {
+	return ipc.ReplyError(f.ID, ipc.Errorf(code, "denied by harnesstest"))
 }
 
 // Manager is a fake manager listening on Path.
@@ -61,7 +101,14 @@ func Start(t testing.TB, opts Options) *Manager {
 		t.Fatalf("harnesstest: listen: %v", err)
 	}
 	if opts.Register == nil {
-		opts.Register = Accepting(opts.HeartbeatIntervalMS)
+		extra := map[string]any{}
+		if opts.Identify != nil {
+			extra["identify"] = GateInfo
+		}
+		if len(opts.Resume) > 0 {
+			extra["resume"] = opts.Resume
+		}
+		opts.Register = AcceptingWith(opts.HeartbeatIntervalMS, extra)
 	}
 	m := &Manager{Path: path, t: t, opts: opts, ln: ln, conns: make(chan *Conn, 16), closed: make(chan struct{})}
 	m.wg.Go(m.accept)
@@ -72,9 +119,14 @@ func Start(t testing.TB, opts Options) *Manager {
 // Accepting returns a Register func that accepts every REGISTER with the
 // payload a real manager sends (shard fields left out: the fake knows no
 // topology), naming hbMS as the heartbeat interval unless it is 0.
-func Accepting(hbMS int) func(reg *ipc.Frame) *ipc.Frame {
+func Accepting(hbMS int) func(reg *ipc.Frame) *ipc.Frame { return AcceptingWith(hbMS, nil) }
+
+// AcceptingWith is Accepting with extra fields in the reply payload, such as
+// "identify" and "resume".
+func AcceptingWith(hbMS int, extra map[string]any) func(reg *ipc.Frame) *ipc.Frame {
 	return func(reg *ipc.Frame) *ipc.Frame {
 		p := map[string]any{"active": false}
+		maps.Copy(p, extra)
 		if reg.Cluster != nil {
 			p["cluster"] = *reg.Cluster
 		}
@@ -148,8 +200,13 @@ func (m *Manager) serve(c *Conn) {
 			c.conn.SendFrame(ipc.ReplyError("", ipc.Errorf(ipc.CodeBadFrame, "%v", err)))
 			continue
 		}
-		// A request to no target is the manager's to answer, as the real one does.
-		if f.ID != "" && f.Op != ipc.OpReply && f.Target == "" {
+		switch {
+		case f.Op == ipc.OpIdentify && m.opts.Identify != nil:
+			if r := m.opts.Identify(f); r != nil {
+				c.conn.SendFrame(r)
+			}
+		case f.ID != "" && f.Op != ipc.OpReply && f.Target == "":
+			// A request to no target is the manager's to answer, as the real one does.
 			c.conn.SendFrame(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeUnknownTarget, "op has no target")))
 		}
 		select {
