@@ -236,3 +236,53 @@ func TestManagerKillMidDeploy(t *testing.T) {
 		}
 	}
 }
+
+// A cluster that dies while the manager is down is replaced by the next
+// manager, and the replacement resumes its shards from the resume state the
+// first manager wrote behind: no identify spent.
+func TestResumeAcrossManagerRestart(t *testing.T) {
+	cfg := deployConfig(t)
+	cfg.State.AdoptWindow = durationOf(time.Second)
+	writeConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	var c *ipc.Client
+	waitFor(t, 10*time.Second, "first manager up", func() bool {
+		var err error
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "r"}, Reconnect: true})
+		return err == nil
+	})
+	defer c.Close()
+	var before manager.Status
+	waitFor(t, 10*time.Second, "ready", func() bool {
+		st, ok := statusVia(t, c)
+		before = st
+		return ok && allRouted(st)
+	})
+	time.Sleep(1500 * time.Millisecond) // resume state is written once a second
+	m1.kill()
+	syscall.Kill(before.Clusters[2].PID, syscall.SIGKILL)
+	runManager(t, cfg.Path, "manager-2.log")
+	var after manager.Status
+	waitFor(t, 10*time.Second, "cluster 2 replaced", func() bool {
+		st, ok := statusVia(t, c)
+		after = st
+		return ok && allRouted(st) && st.Clusters[2].PID != before.Clusters[2].PID
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	r, err := c.Request(ctx, &ipc.Frame{Op: "stats", Target: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Identifies int `json:"identifies"`
+		Resumes    int `json:"resumes"`
+	}
+	json.Unmarshal(r.Payload, &s)
+	if s.Resumes != 2 || s.Identifies != 0 {
+		t.Fatalf("replacement after a manager restart: %d resumes, %d identifies; want 2, 0", s.Resumes, s.Identifies)
+	}
+	if after.Discord.IdentifyGranted != 0 {
+		t.Fatalf("the new manager granted %d identifies", after.Discord.IdentifyGranted)
+	}
+}
