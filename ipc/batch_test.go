@@ -135,7 +135,7 @@ func TestBatchFlushLargerThanSocket(t *testing.T) {
 	}
 }
 
-// TestFlushWaitsForBatchedFrames: Conn.Flush counts frames an inline write
+// TestConnFlushAfterBatch: Conn.Flush counts frames an inline write
 // has taken but not finished as still to be written.
 func TestConnFlushAfterBatch(t *testing.T) {
 	a, b := socketPair(t)
@@ -179,5 +179,28 @@ func TestFrameBuffered(t *testing.T) {
 	}
 	if c.FrameBuffered() {
 		t.Fatal("a partial frame reported as whole")
+	}
+}
+
+// TestBatchAfterWriteDeadline: the writer goroutine's write deadline outlives
+// its write; an inline write after it has passed must not fail the connection.
+func TestBatchAfterWriteDeadline(t *testing.T) {
+	a, b := socketPair(t)
+	c := ipc.NewConn(a, ipc.Options{WriteTimeout: 20 * time.Millisecond})
+	defer func() { c.Abort(nil); waitDone(t, c, 5*time.Second) }()
+	r := ipc.NewReader(b, 1<<20)
+	if err := c.SendFrame(&ipc.Frame{Op: "first"}); err != nil { // through the writer goroutine
+		t.Fatal(err)
+	}
+	readFrames(t, b, r, 1, 5*time.Second)
+	time.Sleep(60 * time.Millisecond) // its deadline is now in the past
+	var batch ipc.Batch
+	for i := range 3 {
+		batch.SendFrame(c, &ipc.Frame{Op: "x", ID: strconv.Itoa(i)})
+		batch.Flush()
+	}
+	readFrames(t, b, r, 3, 5*time.Second)
+	if err := c.Cause(); err != nil {
+		t.Fatalf("connection cut off: %v", err)
 	}
 }

@@ -208,7 +208,9 @@ func (o Options) withDefaults() Options {
 // Conn is a framed connection. One goroutine reads (ReadFrame); any goroutine may
 // Send. Sends never block: they append to a bounded queue that a writer goroutine
 // drains in as few syscalls as it can, so frames that arrive together go out
-// together. A peer that stops reading fills the queue and is cut off.
+// together. Sends through a Batch are written by the Batch's Flush instead, when
+// the socket takes them at once. A peer that stops reading fills the queue and is
+// cut off.
 type Conn struct {
 	nc   net.Conn
 	r    *Reader

@@ -20,7 +20,7 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 		return nil, false
 	}
 	f = new(Frame)
-	var seen uint16
+	var seen uint32
 	for {
 		s.ws()
 		key, ok := s.plainString()
@@ -51,11 +51,9 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 		case keyToken:
 			f.Token, ok = s.stringValue()
 		case keyPayload:
-			start := s.i
-			if s.peek() == 'n' || !s.value(0) {
-				return nil, false
-			}
-			f.Payload = append([]byte(nil), b[start:s.i]...)
+			f.Payload, ok = s.rawValue()
+		case keyResume:
+			f.Resume, ok = s.rawValue()
 		case keyTimeoutMS:
 			f.TimeoutMS, ok = s.integer(64)
 		case keyCluster:
@@ -76,6 +74,11 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 			var v int64
 			v, ok = s.integer(strconv.IntSize)
 			f.MaxParallel = int(v)
+		case keyShard:
+			var v int64
+			if v, ok = s.integer(strconv.IntSize); ok {
+				f.Shard = Int(int(v))
+			}
 		case keyReady:
 			var v bool
 			if v, ok = s.boolean(); ok {
@@ -99,7 +102,7 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 
 // The keys decodeFast handles, each a bit so that a repeat is spotted.
 const (
-	keyOp uint16 = 1 << iota
+	keyOp uint32 = 1 << iota
 	keyID
 	keyTarget
 	keyPayload
@@ -112,11 +115,13 @@ const (
 	keyPID
 	keyReady
 	keyMaxParallel
+	keyResume
+	keyShard
 )
 
 // fastKey returns the bit of key, or 0 for a key decodeFast does not handle.
 // (A switch on string(b) compiles to comparisons, with no allocation.)
-func fastKey(key []byte) uint16 {
+func fastKey(key []byte) uint32 {
 	switch string(key) {
 	case "op":
 		return keyOp
@@ -144,6 +149,10 @@ func fastKey(key []byte) uint16 {
 		return keyReady
 	case "max_parallel":
 		return keyMaxParallel
+	case "resume":
+		return keyResume
+	case "shard":
+		return keyShard
 	}
 	return 0
 }
@@ -221,6 +230,16 @@ func (s *scanner) stringValue() (string, bool) {
 		}
 	}
 	return string(b), true
+}
+
+// rawValue reads any JSON value but null, as a json.RawMessage would hold it
+// (null is left to encoding/json, which has its own rule for it).
+func (s *scanner) rawValue() ([]byte, bool) {
+	start := s.i
+	if s.peek() == 'n' || !s.value(0) {
+		return nil, false
+	}
+	return append([]byte(nil), s.b[start:s.i]...), true
 }
 
 // opValue is stringValue for the op, sparing the protocol's own ops an

@@ -18,6 +18,10 @@ var decodeSeeds = []string{
 	`{"op":"REGISTER","id":"1","role":"client","name":"sm-api"}`,
 	`{"op":"HEARTBEAT","ready":true,"payload":{"shards":[{"id":0,"ping":41.5,"status":"ready"}],"mem":-1e3}}`,
 	`{"op":"HEARTBEAT","ready":false,"payload":null}`,
+	`{"op":"HEARTBEAT","ready":true,"payload":{"g":1},"resume":[{"shard":0,"session_id":"ab","seq":7,"resume_url":"wss://x/?a=1"}]}`,
+	`{"op":"HEARTBEAT","resume":null}`,
+	`{"op":"IDENTIFY","id":"3","shard":12}`,
+	`{"op":"IDENTIFY","id":"3","shard":"12"}`,
 	`{"op":"ping","target":"*","timeout_ms":1000,"id":"2"}`,
 	`{"op":"DEPLOY","id":"9","clusters":[2,3],"max_parallel":1}`,
 	`{"op":"REPLY","id":"1","error":{"code":"busy","message":"later"}}`,
@@ -48,6 +52,20 @@ var decodeSeeds = []string{
 	`"op"`,
 	``,
 	`{"op":"x","payload":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
+}
+
+// TestDecodeFastKnowsEveryField: a field added to Frame must be decoded by the
+// fast path or listed here as left to encoding/json; else every frame that
+// carries it silently takes the slow path.
+func TestDecodeFastKnowsEveryField(t *testing.T) {
+	slowOnly := map[string]bool{"error": true, "clusters": true} // rare: error replies, DEPLOY
+	ft := reflect.TypeFor[ipc.Frame]()
+	for i := range ft.NumField() {
+		key, _, _ := strings.Cut(ft.Field(i).Tag.Get("json"), ",")
+		if !ipc.FastKeyHandled(key) && !slowOnly[key] {
+			t.Errorf("Frame field %s (%q) is not handled by decodeFast (ipc/decode.go)", ft.Field(i).Name, key)
+		}
+	}
 }
 
 // TestDecodeFastAgreesWithJSON: on every seed, what the fast path returns (when

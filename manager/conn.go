@@ -21,6 +21,12 @@ type conn struct {
 	name string
 	proc *proc // for role cluster; set once at REGISTER
 
+	// out holds back what handling this connection's frames sends to others
+	// (forwarded requests, routed replies) until no whole frame is left to
+	// read: then it all leaves, one write per peer. Only serve's goroutine
+	// uses it.
+	out ipc.Batch
+
 	watching  atomic.Bool   // the connection watches the feed (again after a drop)
 	watchStop chan struct{} // closed when the connection ends
 }
@@ -50,6 +56,7 @@ func (m *Manager) serve(c *conn) {
 	watchDone := make(chan struct{})
 	c.watchStop = watchDone
 	defer func() {
+		c.out.Flush()
 		close(watchDone)
 		c.c.Close()
 		<-c.c.Done()
@@ -75,6 +82,9 @@ func (m *Manager) serve(c *conn) {
 		return
 	}
 	for {
+		if !c.c.FrameBuffered() {
+			c.out.Flush() // before the read waits for the socket
+		}
 		line, err := c.c.ReadFrame()
 		if err != nil {
 			if errors.Is(err, ipc.ErrFrameTooLarge) {

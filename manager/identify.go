@@ -295,7 +295,3 @@ func (m *Manager) discordStatus(now time.Time) *DiscordStatus {
 	}
 	return ds
 }
-
-type evGateway struct{ gw discord.GatewayBot }
-
-func (e evGateway) apply(m *Manager) { m.observeGateway(e.gw) }

@@ -51,6 +51,10 @@ type pending struct {
 	topo   generation.Topology // the topology bcIdx is of
 	done   atomic.Bool
 	queued time.Time
+	// batch is the forwarding reader's (conn.out) while forward runs on its
+	// goroutine, so the request leaves with the others read with it; nil once
+	// the request waits, since it then leaves from another goroutine.
+	batch *ipc.Batch
 }
 
 func (p *pending) claim() bool {
@@ -111,7 +115,7 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 		m.broadcast(from, f, table, timeout)
 		return
 	}
-	p := &pending{from: from, origID: f.ID, f: f, queued: time.Now()}
+	p := &pending{from: from, origID: f.ID, f: f, queued: time.Now(), batch: &from.out}
 	m.arm(p, timeout)
 	m.dispatch(table, cluster, p)
 }
@@ -166,6 +170,7 @@ func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
 		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is restarting and %d requests already wait for it (limits.max_waiting)", cluster, m.cfg.Limits.MaxWaiting))
 		return
 	}
+	p.batch = nil
 	s.waiting = append(s.waiting, p)
 	s.mu.Unlock()
 }
@@ -206,7 +211,7 @@ func (m *Manager) send(pr *proc, p *pending) {
 	if c != nil {
 		// A request may be refused, but must not get the cluster cut off: its
 		// queue also carries everyone else's requests and what it is owed.
-		err = c.c.TrySendFrame(&out)
+		err = p.batch.TrySendFrame(c.c, &out)
 	}
 	switch {
 	case errors.Is(err, ipc.ErrBusy):
@@ -259,11 +264,16 @@ func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 	if !p.claim() {
 		return
 	}
-	m.deliver(p, f.Payload, f.Error)
+	m.deliverVia(&c.out, p, f.Payload, f.Error)
 }
 
 // deliver hands a result to p's sender (or its broadcast).
 func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
+	m.deliverVia(nil, p, payload, e)
+}
+
+// deliverVia is deliver with the reply held back in b (nil: sent at once).
+func (m *Manager) deliverVia(b *ipc.Batch, p *pending, payload json.RawMessage, e *ipc.Error) {
 	if e != nil {
 		m.metrics.failed.WithLabelValues(e.Code).Inc()
 	}
@@ -274,15 +284,15 @@ func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
 	if p.origID == "" {
 		return
 	}
-	replyTo(p.from, p.origID, payload, e)
+	replyTo(b, p.from, p.origID, payload, e)
 	m.metrics.latency.Observe(time.Since(p.queued).Seconds())
 }
 
 // replyTo sends a REPLY; one that would exceed the frame limit (a cluster's
 // payload near the limit plus a longer id, or a broadcast's sum) becomes a
 // frame_too_large error, so the sender still gets exactly one REPLY.
-func replyTo(c *conn, id string, payload json.RawMessage, e *ipc.Error) {
-	err := c.send(&ipc.Frame{Op: ipc.OpReply, ID: id, Payload: payload, Error: e})
+func replyTo(b *ipc.Batch, c *conn, id string, payload json.RawMessage, e *ipc.Error) {
+	err := b.SendFrame(c.c, &ipc.Frame{Op: ipc.OpReply, ID: id, Payload: payload, Error: e})
 	if errors.Is(err, ipc.ErrFrameTooLarge) {
 		c.send(ipc.ReplyError(id, ipc.Errorf(ipc.CodeFrameTooLarge, "the reply (%d payload bytes) exceeds limits.max_frame_bytes", len(payload))))
 	}
@@ -375,7 +385,7 @@ func (b *broadcast) set(i int, payload json.RawMessage, e *ipc.Error) {
 	last := b.left == 0
 	b.mu.Unlock()
 	if last && b.origID != "" {
-		replyTo(b.from, b.origID, b.encode(), nil)
+		replyTo(nil, b.from, b.origID, b.encode(), nil)
 	}
 }
 

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrInvariant is returned (wrapped) by Main when a scenario ran to its end but
+// broke an invariant: a lost request, a duplicate reply, an error reply.
+var ErrInvariant = errors.New("invariant broken")
+
+// scenario is one sm-bench subcommand. Each parses its own flags, so a new
+// one (deploy, chaos, scale, ...) is one more entry and one more file.
+type scenario struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var scenarios = []scenario{
+	{"route", "the same echo load straight to a cluster-harness and through sm-manager, and the ratio", runRouteCmd},
+}
+
+// Main runs the scenario args[0] with the flags that follow. Reports go to
+// stdout (a table, then one JSON object per line); progress and usage to
+// stderr. A broken invariant is an error wrapping ErrInvariant.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: sm-bench SCENARIO [flags]   (sm-bench SCENARIO -h for its flags)")
+		fmt.Fprintln(stderr, "\nscenarios:")
+		for _, s := range scenarios {
+			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
+		}
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage()
+		if len(args) == 0 {
+			return errors.New("no scenario given")
+		}
+		return nil
+	}
+	for _, s := range scenarios {
+		if s.name == args[0] {
+			err := s.run(ctx, args[1:], stdout, stderr)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+	}
+	usage()
+	return fmt.Errorf("unknown scenario %q", args[0])
+}
+
+func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := DefaultRouteOptions
+	fs := flag.NewFlagSet("sm-bench route", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
+	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs.Var((*intList)(&o.InFlight), "inflight", "comma-separated in-flight counts, one case each")
+	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "direct/routed pairs per in-flight count; the summary takes the median (a shared machine is noisy)")
+	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
+	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load before each measured window")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured window of each case")
+	fs.DurationVar(&o.Drain, "drain", o.Drain, "wait for the last replies before counting them lost")
+	fs.Var((*intList)(&o.Clusters), "clusters", "comma-separated cluster counts for the idle measurement, e.g. 16,256 (default: skip it)")
+	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the idle manager is sampled")
+	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of the routed path's sm-manager to this file")
+	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("route: unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+		return err
+	}
+	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+		return err
+	}
+	if !*quiet {
+		o.Progress = stderr
+	}
+	rep, err := Route(ctx, o)
+	if rep != nil && len(rep.Cases) > 0 {
+		rep.WriteText(stdout)
+		fmt.Fprintln(stdout)
+		if jerr := rep.WriteJSON(stdout); err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	b := rep.Books()
+	if why := b.Broken(); why != "" {
+		return fmt.Errorf("route: %w: %s", ErrInvariant, why)
+	}
+	return nil
+}
+
+// findBinary returns flagValue if set, else name beside the running
+// executable, else name on $PATH.
+func findBinary(flagValue, name string) (string, error) {
+	if flagValue != "" {
+		return filepath.Abs(flagValue)
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found beside sm-bench or on $PATH (build with `go build -o bin/ ./cmd/...`, or pass --%s-bin): %w",
+			name, strings.TrimPrefix(strings.TrimPrefix(name, "sm-"), "cluster-"), err)
+	}
+	return filepath.Abs(p)
+}
+
+// intList is a flag holding comma-separated positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	*l = out
+	return nil
+}

@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// IdleCase is the manager at rest with a number of ready clusters heartbeating.
+type IdleCase struct {
+	Scenario          string  `json:"scenario"`
+	Path              string  `json:"path"` // "idle"
+	Clusters          int     `json:"clusters"`
+	ReadyAfterS       float64 `json:"ready_after_s"` // manager start to every cluster answering
+	SampleS           float64 `json:"sample_s"`
+	ManagerRSSKiB     int64   `json:"manager_rss_kib"`
+	ManagerCPUPercent float64 `json:"manager_cpu_percent"` // of one core
+	ClustersRSSKiB    int64   `json:"clusters_rss_kib"`    // all cluster processes together
+}
+
+// idleClusters starts a manager with n one-shard clusters, waits until every
+// one answers a ping, lets it settle, and samples its CPU and memory.
+func idleClusters(ctx context.Context, o RouteOptions, dir string, n int, harnessArgv []string) (c IdleCase, err error) {
+	logw, err := os.Create(filepath.Join(dir, fmt.Sprintf("idle-%d.log", n)))
+	if err != nil {
+		return c, err
+	}
+	defer func() {
+		err = withLog(err, logw)
+		logw.Close()
+	}()
+	cfg, err := managerConfig(dir, n, harnessArgv)
+	if err != nil {
+		return c, err
+	}
+	fmt.Fprintf(o.Progress, "route: idle, starting sm-manager with %d clusters\n", n)
+	start := time.Now()
+	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
+	if err != nil {
+		return c, err
+	}
+	defer func() { err = errors.Join(err, mgr.stop(time.Minute)) }()
+	client, err := mgr.dial(ctx, "sm-bench")
+	if err != nil {
+		return c, err
+	}
+	defer func() { client.conn.Close(); <-client.conn.Done() }()
+	pongs, err := mgr.waitReady(ctx, client, ipc.TargetAll, startTimeout+time.Duration(n)*100*time.Millisecond)
+	if err != nil {
+		return c, err
+	}
+	c = IdleCase{Scenario: "route", Path: "idle", Clusters: n, ReadyAfterS: time.Since(start).Seconds()}
+	fmt.Fprintf(o.Progress, "route: idle, %d clusters ready after %.1fs; sampling for %v\n", n, c.ReadyAfterS, o.IdleSample)
+	if err := sleep(ctx, idleSettle); err != nil {
+		return c, err
+	}
+	// Idle CPU is a fraction of a percent: measured from schedstat, in ns, as
+	// stat's 10ms ticks would round it to nothing.
+	t0, cpu0 := time.Now(), time.Duration(0)
+	if cpu0, err = schedCPU(mgr.pid()); err != nil {
+		return c, err
+	}
+	if err := sleep(ctx, o.IdleSample); err != nil {
+		return c, err
+	}
+	cpu1, err := schedCPU(mgr.pid())
+	if err != nil {
+		return c, err
+	}
+	el := time.Since(t0)
+	if c.ManagerRSSKiB, err = readRSS(mgr.pid()); err != nil {
+		return c, err
+	}
+	c.SampleS = el.Seconds()
+	c.ManagerCPUPercent = 100 * float64(cpu1-cpu0) / float64(el)
+	for _, pong := range pongs {
+		pid, err := pidOf(pong)
+		if err != nil {
+			return c, err
+		}
+		rss, err := readRSS(pid)
+		if err != nil {
+			return c, fmt.Errorf("cluster process %d: %w", pid, err)
+		}
+		c.ClustersRSSKiB += rss
+	}
+	return c, nil
+}
+
+// idleSettle is the pause between the last cluster becoming ready and the
+// idle sample, so that start-up work does not count as idle.
+const idleSettle = time.Second
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Histogram records durations in log-linear buckets: exact below 128ns, then
+// 128 buckets per power of two, so any quantile is within 0.8% of the true
+// value. Its size is fixed, so a long run costs no more memory than a short one.
+type Histogram struct {
+	counts [histBuckets]uint64
+	n      uint64
+	max    time.Duration
+}
+
+const (
+	histSubBits = 7
+	histSub     = 1 << histSubBits
+	histBuckets = (64 - histSubBits) * histSub
+)
+
+func histBucket(v int64) int {
+	if v < histSub {
+		return int(max(v, 0))
+	}
+	shift := bits.Len64(uint64(v)) - histSubBits - 1
+	return shift*histSub + int(v>>shift)
+}
+
+// histValue is the middle of bucket i.
+func histValue(i int) int64 {
+	if i < 2*histSub {
+		return int64(i)
+	}
+	shift := i>>histSubBits - 1
+	top := int64(i - shift*histSub)
+	return top<<shift + int64(1)<<shift/2
+}
+
+// Record adds one duration.
+func (h *Histogram) Record(d time.Duration) {
+	h.counts[histBucket(int64(d))]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+// Count returns how many durations were recorded.
+func (h *Histogram) Count() uint64 { return h.n }
+
+// Max returns the largest duration recorded.
+func (h *Histogram) Max() time.Duration { return h.max }
+
+// Quantile returns the duration below which a fraction q of the recorded ones
+// fall (0 when none were recorded).
+func (h *Histogram) Quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(h.n) + 0.5)
+	rank = min(max(rank, 1), h.n)
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			return min(time.Duration(histValue(i)), h.max)
+		}
+	}
+	return h.max
+}

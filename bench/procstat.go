@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat. It
+// is 100 on every Linux architecture Go supports, and reading it properly
+// (sysconf) would take cgo.
+const clockTicks = 100
+
+// procSample is one reading of a process's counters.
+type procSample struct {
+	at     time.Time
+	cpu    time.Duration // utime + stime since the process started
+	rssKiB int64
+}
+
+// sampleProc reads pid's CPU time and resident memory from /proc.
+func sampleProc(pid int) (procSample, error) {
+	s := procSample{at: time.Now()}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so count from the ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return s, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 13 {
+		return s, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	// Fields 14 and 15 of stat(5); fields[0] is field 3, the state.
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return s, fmt.Errorf("/proc/%d/stat: bad utime/stime %q %q", pid, fields[11], fields[12])
+	}
+	s.cpu = time.Duration(utime+stime) * time.Second / clockTicks
+	s.rssKiB, err = readRSS(pid)
+	return s, err
+}
+
+// schedCPU returns the CPU time pid's threads have run, in nanoseconds, from
+// /proc/<pid>/task/*/schedstat: finer than stat's 10ms ticks, which matters for
+// a mostly idle process. Threads that have exited are not counted (a Go
+// program seldom ends one).
+func schedCPU(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread has just exited
+		}
+		first, _, _ := strings.Cut(string(b), " ")
+		ns, err := strconv.ParseInt(first, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: %q", pid, t.Name(), b)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// readRSS returns VmRSS from /proc/<pid>/status, in KiB.
+func readRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmRSS %q", pid, v)
+			}
+			return kb, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// sampleMachine reads the CPU time all processes have spent, from /proc/stat.
+func sampleMachine() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+	var busy uint64
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %q", f)
+		}
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}
+
+// cpuMeter measures the CPU a set of processes spends over a window, and what
+// the rest of the machine spends beside them (on a shared machine, the noise).
+type cpuMeter struct {
+	pids   map[string]int
+	before map[string]procSample
+	after  map[string]procSample
+	// machine CPU time at the window's start and end.
+	machine [2]time.Duration
+	err     error
+}
+
+func newCPUMeter(pids map[string]int) *cpuMeter {
+	return &cpuMeter{pids: pids, before: map[string]procSample{}, after: map[string]procSample{}}
+}
+
+// mark samples every process at the window's start (open) or end.
+func (m *cpuMeter) mark(open bool) {
+	dst, mi := m.after, 1
+	if open {
+		dst, mi = m.before, 0
+	}
+	busy, err := sampleMachine()
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	m.machine[mi] = busy
+	for name, pid := range m.pids {
+		s, err := sampleProc(pid)
+		if err != nil && m.err == nil {
+			m.err = fmt.Errorf("sample %s (pid %d): %w", name, pid, err)
+		}
+		dst[name] = s
+	}
+}
+
+// perRequest returns each process's CPU time over the window divided by n.
+func (m *cpuMeter) perRequest(n uint64) map[string]float64 {
+	out := make(map[string]float64, len(m.pids))
+	for name := range m.pids {
+		b, a := m.before[name], m.after[name]
+		if n == 0 || a.at.IsZero() || b.at.IsZero() {
+			continue
+		}
+		out[name] = float64(a.cpu-b.cpu) / float64(time.Microsecond) / float64(n)
+	}
+	return out
+}
+
+// othersPercent is the CPU the rest of the machine used over the window, in
+// percent of one core.
+func (m *cpuMeter) othersPercent() float64 {
+	var ours time.Duration
+	var el time.Duration
+	for name := range m.pids {
+		b, a := m.before[name], m.after[name]
+		ours += a.cpu - b.cpu
+		el = a.at.Sub(b.at)
+	}
+	if el <= 0 {
+		return 0
+	}
+	return max(0, 100*float64(m.machine[1]-m.machine[0]-ours)/float64(el))
+}

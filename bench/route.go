@@ -1,0 +1,363 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// RouteOptions shape the route scenario. Zero fields take the defaults of
+// DefaultRouteOptions, except ManagerBin and HarnessBin, which are required.
+type RouteOptions struct {
+	ManagerBin string // sm-manager binary
+	HarnessBin string // cluster-harness binary
+
+	InFlight     []int         // requests in flight, one case per value and path
+	Rounds       int           // direct/routed pairs per in-flight count
+	PayloadBytes int           // size of the echo payload (a JSON value)
+	Warmup       time.Duration // load before each measured window
+	Duration     time.Duration // each measured window
+	Drain        time.Duration // wait for the last replies before counting them lost
+
+	// Clusters lists the cluster counts of the idle measurement (none: skip it).
+	Clusters []int
+	// IdleSample is how long the idle manager's CPU is sampled.
+	IdleSample time.Duration
+
+	// ManagerCPUProfile, if set, is where the routed path's manager writes a
+	// CPU profile (its hidden -cpuprofile flag), for go tool pprof.
+	ManagerCPUProfile string
+
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// DefaultRouteOptions are the route scenario's defaults (issue 2's benchmark).
+var DefaultRouteOptions = RouteOptions{
+	InFlight:     []int{1, 64},
+	Rounds:       1,
+	PayloadBytes: 200,
+	Warmup:       time.Second,
+	Duration:     5 * time.Second,
+	Drain:        10 * time.Second,
+	IdleSample:   5 * time.Second,
+}
+
+func (o RouteOptions) withDefaults() RouteOptions {
+	d := DefaultRouteOptions
+	if len(o.InFlight) == 0 {
+		o.InFlight = d.InFlight
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = d.Rounds
+	}
+	if o.PayloadBytes <= 0 {
+		o.PayloadBytes = d.PayloadBytes
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = d.Warmup
+	}
+	if o.Duration <= 0 {
+		o.Duration = d.Duration
+	}
+	if o.Drain <= 0 {
+		o.Drain = d.Drain
+	}
+	if o.IdleSample <= 0 {
+		o.IdleSample = d.IdleSample
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Paths of the route scenario.
+const (
+	PathDirect = "direct" // bench ↔ cluster-harness
+	PathRouted = "routed" // bench ↔ sm-manager ↔ cluster-harness
+)
+
+// RouteCase is one measured case: a path at an in-flight count.
+type RouteCase struct {
+	Scenario     string  `json:"scenario"`
+	Path         string  `json:"path"`
+	InFlight     int     `json:"in_flight"`
+	Round        int     `json:"round"`
+	PayloadBytes int     `json:"payload_bytes"`
+	WindowS      float64 `json:"window_s"`
+	Requests     uint64  `json:"requests"` // replies inside the window
+	ReqPerS      float64 `json:"req_per_s"`
+	P50US        float64 `json:"p50_us"`
+	P99US        float64 `json:"p99_us"`
+	P999US       float64 `json:"p999_us"`
+	MaxUS        float64 `json:"max_us"`
+	Books
+	// CPUUSPerReq is each process's CPU time (utime+stime) over the window per
+	// request, in µs: bench (this process, the client), harness, and for the
+	// routed path manager.
+	CPUUSPerReq   map[string]float64 `json:"cpu_us_per_req"`
+	ManagerRSSKiB int64              `json:"manager_rss_kib,omitempty"`
+	// OthersCPUPercent is what every other process on the machine used during
+	// the window, in percent of one core: the noise on a shared machine.
+	OthersCPUPercent float64 `json:"others_cpu_percent"`
+	// On routed cases: routed/direct throughput at the same in-flight count,
+	// and routed p50 minus direct p50.
+	ThroughputRatio float64 `json:"throughput_ratio,omitempty"`
+	P50DiffUS       float64 `json:"p50_diff_us,omitempty"`
+}
+
+// RouteReport is everything the route scenario measured.
+type RouteReport struct {
+	Options RouteOptions
+	Cases   []RouteCase
+	Idle    []IdleCase
+}
+
+// RouteSummary is the routed/direct comparison at one in-flight count: the
+// median over the rounds of each round's ratio and p50 difference.
+type RouteSummary struct {
+	Scenario        string  `json:"scenario"`
+	Path            string  `json:"path"` // "summary"
+	InFlight        int     `json:"in_flight"`
+	Rounds          int     `json:"rounds"`
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	P50DiffUS       float64 `json:"p50_diff_us"`
+	// ManagerCPUUSPerReq is the median of the routed rounds' manager CPU per request.
+	ManagerCPUUSPerReq float64 `json:"manager_cpu_us_per_req"`
+}
+
+// Summaries compares the paths at each in-flight count.
+func (r *RouteReport) Summaries() []RouteSummary {
+	var out []RouteSummary
+	for _, n := range r.Options.InFlight {
+		var ratio, diff, cpu []float64
+		for _, c := range r.Cases {
+			if c.InFlight == n && c.Path == PathRouted && c.ThroughputRatio > 0 {
+				ratio = append(ratio, c.ThroughputRatio)
+				diff = append(diff, c.P50DiffUS)
+				cpu = append(cpu, c.CPUUSPerReq["manager"])
+			}
+		}
+		if len(ratio) == 0 {
+			continue
+		}
+		out = append(out, RouteSummary{
+			Scenario: "route", Path: "summary", InFlight: n, Rounds: len(ratio),
+			ThroughputRatio: median(ratio), P50DiffUS: median(diff), ManagerCPUUSPerReq: median(cpu),
+		})
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Books returns the measured cases' books added up.
+func (r *RouteReport) Books() Books {
+	var b Books
+	for _, c := range r.Cases {
+		b.Add(c.Books)
+	}
+	return b
+}
+
+// routeSetup is what the measured cases run against.
+type routeSetup struct {
+	direct        *directCluster
+	manager       *managerProc
+	client        *pipe
+	routedHarness int // pid of the manager's cluster process
+}
+
+// Route runs the route scenario: the same echo load straight to a
+// cluster-harness and through sm-manager, at each in-flight count, then, if
+// asked, the idle manager with many clusters. It returns an error when a
+// process fails; lost, duplicate and error replies are in the report's books.
+func Route(ctx context.Context, o RouteOptions) (*RouteReport, error) {
+	o = o.withDefaults()
+	if o.ManagerBin == "" || o.HarnessBin == "" {
+		return nil, errors.New("route: need the sm-manager and cluster-harness binaries")
+	}
+	dir, err := os.MkdirTemp("", "sm-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rep := &RouteReport{Options: o}
+	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
+
+	if err := routeCases(ctx, o, dir, harnessArgv, rep); err != nil {
+		return rep, err
+	}
+	for _, n := range o.Clusters {
+		c, err := idleClusters(ctx, o, dir, n, harnessArgv)
+		if err != nil {
+			return rep, fmt.Errorf("idle with %d clusters: %w", n, err)
+		}
+		rep.Idle = append(rep.Idle, c)
+	}
+	return rep, nil
+}
+
+// routeCases sets up both paths and measures every case, alternating direct
+// and routed so that drift on a shared machine hits both alike.
+func routeCases(ctx context.Context, o RouteOptions, dir string, harnessArgv []string, rep *RouteReport) (err error) {
+	logw, err := os.Create(filepath.Join(dir, "route.log"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = withLog(err, logw)
+		logw.Close()
+	}()
+
+	var s routeSetup
+	defer func() { err = errors.Join(err, s.stop()) }()
+	fmt.Fprintf(o.Progress, "route: starting cluster-harness for the direct path\n")
+	if s.direct, err = startDirect(ctx, harnessArgv, dir, logw); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Progress, "route: starting sm-manager with one cluster for the routed path\n")
+	cfg, err := managerConfig(dir, 1, harnessArgv)
+	if err != nil {
+		return err
+	}
+	var extra []string
+	if o.ManagerCPUProfile != "" {
+		extra = []string{"-cpuprofile", o.ManagerCPUProfile}
+	}
+	if s.manager, err = startManager(o.ManagerBin, dir, cfg, logw, extra...); err != nil {
+		return err
+	}
+	if s.client, err = s.manager.dial(ctx, "sm-bench"); err != nil {
+		return err
+	}
+	pongs, err := s.manager.waitReady(ctx, s.client, "0", startTimeout)
+	if err != nil {
+		return err
+	}
+	if s.routedHarness, err = pidOf(pongs[0]); err != nil {
+		return err
+	}
+
+	payload := echoPayload(o.PayloadBytes)
+	req := ipc.Frame{Op: "echo", Target: "0", Payload: payload}
+	for _, n := range o.InFlight {
+		for round := 1; round <= o.Rounds; round++ {
+			var direct RouteCase
+			for _, path := range []string{PathDirect, PathRouted} {
+				p, pids := s.direct.pipe, map[string]int{"bench": os.Getpid(), "harness": s.direct.pid()}
+				if path == PathRouted {
+					p, pids = s.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
+				}
+				fmt.Fprintf(o.Progress, "route: %s, %d in flight, round %d/%d: %v after %v warm-up\n", path, n, round, o.Rounds, o.Duration, o.Warmup)
+				c, err := measure(ctx, o, p, req, n, pids)
+				c.Path, c.Round = path, round
+				if path == PathDirect {
+					direct = c
+				} else if direct.ReqPerS > 0 {
+					c.ThroughputRatio = c.ReqPerS / direct.ReqPerS
+					c.P50DiffUS = c.P50US - direct.P50US
+				}
+				rep.Cases = append(rep.Cases, c)
+				if err != nil {
+					return fmt.Errorf("%s, %d in flight: %w", path, n, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// measure runs one case on p.
+func measure(ctx context.Context, o RouteOptions, p *pipe, req ipc.Frame, window int, pids map[string]int) (RouteCase, error) {
+	meter := newCPUMeter(pids)
+	res, err := p.run(ctx, load{
+		request:  req,
+		window:   window,
+		warmup:   o.Warmup,
+		duration: o.Duration,
+		drain:    o.Drain,
+		expect:   req.Payload,
+		onWindow: meter.mark,
+	})
+	if err == nil {
+		err = meter.err
+	}
+	c := RouteCase{
+		Scenario:     "route",
+		InFlight:     window,
+		PayloadBytes: len(req.Payload),
+		WindowS:      res.Window.Seconds(),
+		Requests:     res.Completed,
+		ReqPerS:      res.Throughput(),
+		P50US:        micros(res.Latency.Quantile(0.50)),
+		P99US:        micros(res.Latency.Quantile(0.99)),
+		P999US:       micros(res.Latency.Quantile(0.999)),
+		MaxUS:        micros(res.Latency.Max()),
+		Books:        res.Books,
+		CPUUSPerReq:  meter.perRequest(res.Completed),
+
+		OthersCPUPercent: meter.othersPercent(),
+	}
+	if _, ok := pids["manager"]; ok {
+		c.ManagerRSSKiB = meter.after["manager"].rssKiB
+	}
+	return c, err
+}
+
+func (s *routeSetup) stop() error {
+	var errs []error
+	if s.client != nil {
+		s.client.conn.Close()
+		<-s.client.conn.Done()
+	}
+	if s.manager != nil {
+		errs = append(errs, s.manager.stop(time.Minute))
+	}
+	if s.direct != nil {
+		errs = append(errs, s.direct.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// echoPayload is a JSON object of n bytes (at least 12, its smallest).
+func echoPayload(n int) []byte {
+	const head, tail = `{"data":"`, `"}`
+	fill := max(n-len(head)-len(tail), 1)
+	return []byte(head + strings.Repeat("x", fill) + tail)
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// withLog adds the tail of the children's log to err, since the log goes away
+// with the temp dir.
+func withLog(err error, logw *os.File) error {
+	if err == nil {
+		return nil
+	}
+	const tail = 4 << 10
+	b, rerr := os.ReadFile(logw.Name())
+	if rerr != nil || len(b) == 0 {
+		return err
+	}
+	if len(b) > tail {
+		b = b[len(b)-tail:]
+	}
+	return fmt.Errorf("%w\n--- tail of the processes' log ---\n%s", err, b)
+}
