@@ -178,8 +178,8 @@ type Discord struct {
 	IdentifySpacing Duration `toml:"identify_spacing"`
 	IdentifyTimeout Duration `toml:"identify_timeout"`
 	MaxConcurrency  int      `toml:"max_concurrency"`
-	// BudgetFloor: below this many remaining session starts, crash-looping
-	// clusters are not granted identifies.
+	// BudgetFloor: at or below this many remaining session starts,
+	// crash-looping clusters are not granted identifies.
 	BudgetFloor  int      `toml:"budget_floor"`
 	ResumeMaxAge Duration `toml:"resume_max_age"`
 }

@@ -1,6 +1,10 @@
 package manager
 
-import "time"
+import (
+	"time"
+
+	"github.com/sm-supervisor/sm/discord"
+)
 
 // restore rebuilds the manager from the state file a previous manager left:
 // the topology and generations in force then (a topology change in the config
@@ -44,6 +48,9 @@ func (m *Manager) restore() bool {
 			seq: m.procSeq.Add(1), cluster: sp.Cluster, gen: sp.Generation, tokenHash: sp.TokenHash,
 			startTime: sp.StartTime, process: process, spawned: now, lastBeat: now,
 			activated: sp.Activated, adopted: true,
+			// Its shards, if any still need an identify, replace sessions
+			// lost with a process that died: a restart, for the budget.
+			reason: discord.ReasonRestart,
 		}
 		if sp.Topology == st.Topology && sp.Cluster < len(t.slots) && t.slots[sp.Cluster].first == sp.ShardFirst {
 			p.slot = t.slots[sp.Cluster]

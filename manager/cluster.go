@@ -102,9 +102,11 @@ type proc struct {
 	stale     bool   // adopted but no longer its cluster's process: quiesced
 	// reason is why it was spawned, for the identify budget: a first start, a
 	// restart after a death (what a crash loop spends), or a deploy.
-	reason  discord.Reason
-	process supervise.Process
-	spawned time.Time
+	reason discord.Reason
+	// identWaiting holds the shards with an IDENTIFY waiting in the gate.
+	identWaiting map[int]bool
+	process      supervise.Process
+	spawned      time.Time
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it

@@ -19,7 +19,14 @@ func (m *Manager) deploy(c *conn, f *ipc.Frame) {
 		c.replyErr(f.ID, ipc.CodeForbidden, "DEPLOY is for client connections")
 		return
 	}
-	// Reading the file and asking Discord are I/O: done here, off the loop.
+	// Reading the file and asking Discord (up to 30s) are I/O: done off the
+	// loop, and off this connection's reader, whose other requests go on.
+	go m.prepareDeploy(c, f)
+}
+
+// prepareDeploy reads the config and asks Discord, then has the loop start
+// the deploy and answers the DEPLOY.
+func (m *Manager) prepareDeploy(c *conn, f *ipc.Frame) {
 	ev := evDeploy{f: f, res: make(chan registerResult, 1)}
 	ev.cfg, ev.err = m.loadDeployConfig()
 	if ev.cfg != nil && m.fetchGateway != nil && m.cfg.Discord.HasToken() {

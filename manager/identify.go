@@ -117,6 +117,11 @@ func (e evIdentify) apply(m *Manager) {
 	case p.state >= procQuiescing:
 		c.replyErr(f.ID, ipc.CodeForbidden, "the process is being stopped")
 		return
+	case p.identWaiting[*f.Shard]:
+		// One ask per shard at a time: a bot that asks again before its
+		// grant would otherwise spend the budget twice.
+		c.replyErr(f.ID, ipc.CodeBusy, "an IDENTIFY for shard %d is already waiting", *f.Shard)
+		return
 	}
 	if ok, why := m.disc.budget.Allow(p.reason, now); !ok {
 		m.metrics.identifyRefused.Inc()
@@ -130,6 +135,10 @@ func (e evIdentify) apply(m *Manager) {
 		return
 	}
 	r.ticket = t
+	if p.identWaiting == nil {
+		p.identWaiting = map[int]bool{}
+	}
+	p.identWaiting[r.shard] = true
 	timeout := m.cfg.Discord.IdentifyTimeout.Duration
 	if f.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(f.TimeoutMS)*time.Millisecond)
@@ -142,6 +151,7 @@ type evIdentifyExpire struct{ r *identReq }
 
 func (e evIdentifyExpire) apply(m *Manager) {
 	if m.disc.gate.Cancel(e.r.ticket) {
+		delete(e.r.p.identWaiting, e.r.shard)
 		e.r.c.replyErr(e.r.id, ipc.CodeTimeout, "no identify slot for shard %d within the deadline", e.r.shard)
 		m.armGate(time.Now())
 	}
@@ -156,6 +166,12 @@ func (evGateDue) apply(m *Manager) {
 	for _, g := range m.disc.gate.Due(now) {
 		r := g.Meta
 		r.timer.Stop()
+		delete(r.p.identWaiting, r.shard)
+		if r.p.state >= procQuiescing {
+			// Told to stop while it waited: its shard must not connect now.
+			r.c.replyErr(r.id, ipc.CodeForbidden, "the process is being stopped")
+			continue
+		}
 		if ok, why := m.disc.budget.Allow(r.p.reason, now); !ok {
 			m.metrics.identifyRefused.Inc()
 			r.c.replyErr(r.id, ipc.CodeForbidden, "%s", why)
@@ -196,6 +212,7 @@ func (m *Manager) cancelIdentifies(p *proc) {
 	for _, g := range dropped {
 		g.Meta.timer.Stop()
 	}
+	p.identWaiting = nil
 	if len(dropped) > 0 {
 		m.armGate(time.Now())
 	}
@@ -206,7 +223,7 @@ func (m *Manager) cancelIdentifies(p *proc) {
 // deploy's new generation, not yet serving, must not overwrite the sessions
 // of the process that is.
 func (m *Manager) takeResume(p *proc, raw json.RawMessage, now time.Time) {
-	if len(raw) == 0 || (!m.routedNow(p) && p.slot.current != p) {
+	if len(raw) == 0 || !m.reportsResume(p) {
 		return
 	}
 	var states []discord.ResumeState
@@ -225,11 +242,24 @@ func (m *Manager) takeResume(p *proc, raw json.RawMessage, now time.Time) {
 	}
 }
 
+// reportsResume reports whether p's resume state is its cluster's: p is the
+// routed process, or, while none is routed (a replacement connecting its
+// shards), the cluster's supervised one. After a deploy's switch that is the
+// new generation, never the old one closing its sessions.
+func (m *Manager) reportsResume(p *proc) bool {
+	if m.routedNow(p) {
+		return true
+	}
+	t := m.table()
+	return p.cluster < len(t.slots) && t.slots[p.cluster] == p.slot && t.procs[p.cluster] == nil &&
+		p.slot.current == p && !p.stale
+}
+
 // resumeFor is what a process's REGISTER reply hands it: the latest resume
 // state of its shards, unless it is a deploy's new generation (which must
 // open sessions of its own while the old process still holds these).
 func (m *Manager) resumeFor(p *proc) []discord.ResumeState {
-	if p.reason == discord.ReasonDeploy {
+	if p.reason == discord.ReasonDeploy || p.stale || p.slot.current != p {
 		return nil
 	}
 	return m.disc.resume.Get(p.slot.first, p.slot.last, time.Now())
@@ -240,6 +270,7 @@ const resumeFileName = "resume-state.json"
 // saveResume writes the resume store behind, when it changed.
 func (m *Manager) saveResume() {
 	d := &m.disc
+	d.resume.Prune(time.Now()) // nothing older than resume_max_age is worth keeping
 	if m.cfg.State.Dir == "" || d.resume.Version() == d.resumeSaved {
 		return
 	}

@@ -85,8 +85,10 @@ func (p *adopted) wait() {
 	})
 	switch {
 	case err == nil:
-		// Not our child: the exit code belongs to its new parent.
+		// Not our child: the exit code belongs to its new parent. What the
+		// leader left in its group dies with it, as with spawned ones.
 		p.setStatus("exited (adopted; status unknown)")
+		syscall.Kill(-p.pid, syscall.SIGKILL)
 	default:
 		p.setStatus("watch closed: " + err.Error())
 	}
