@@ -21,7 +21,11 @@ func (m *Manager) deploy(c *conn, f *ipc.Frame) {
 	}
 	// Reading the file and asking Discord (up to 30s) are I/O: done off the
 	// loop, and off this connection's reader, whose other requests go on.
-	go m.prepareDeploy(c, f)
+	m.connWG.Add(1) // the reader holds the count above zero: Run's Wait sees this one
+	go func() {
+		defer m.connWG.Done()
+		m.prepareDeploy(c, f)
+	}()
 }
 
 // prepareDeploy reads the config and asks Discord, then has the loop start
