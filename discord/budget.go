@@ -26,6 +26,7 @@ const (
 
 var reasonNames = [...]string{ReasonStart: "start", ReasonRestart: "restart", ReasonDeploy: "deploy", ReasonResume: "resume"}
 
+// String is the reason's name: start, restart, deploy or resume.
 func (r Reason) String() string {
 	if r > 0 && int(r) < len(reasonNames) {
 		return reasonNames[r]

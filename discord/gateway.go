@@ -129,6 +129,7 @@ type StatusError struct {
 	Body string
 }
 
+// Error is the status, its text and the start of the body.
 func (e *StatusError) Error() string {
 	s := "HTTP " + strconv.Itoa(e.StatusCode)
 	if t := http.StatusText(e.StatusCode); t != "" {
@@ -163,6 +164,7 @@ type RateLimitError struct {
 	Attempts int
 }
 
+// Error says how long Discord asked to wait, and after how many attempts.
 func (e *RateLimitError) Error() string {
 	scope := ""
 	if e.Global {

@@ -102,6 +102,7 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// Error is the message, or the code if there is none.
 func (e *Error) Error() string {
 	if e.Message == "" {
 		return e.Code

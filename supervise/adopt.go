@@ -46,6 +46,9 @@ func StartTime(pid int) (uint64, error) {
 // StartTime recorded when it was spawned.
 func Adopt(pid int, start uint64) (Process, error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrGone)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pidfd of %d: %w", pid, err)
 	}
@@ -124,9 +127,13 @@ func (p *adopted) Signal(sig syscall.Signal) error {
 		return nil // closed: exited
 	}
 	var serr error
-	raw.Control(func(fd uintptr) {
+	if err := raw.Control(func(fd uintptr) {
 		serr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
-	})
+	}); err != nil {
+		// The pidfd is closed: the process exited or was released. Its pid
+		// may be another's now, so the group is not signalled either.
+		return nil
+	}
 	if serr != nil {
 		if errors.Is(serr, syscall.ESRCH) {
 			return nil

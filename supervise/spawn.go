@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spec is what to run: argv, extra environment (KEY=VALUE) and working directory.
@@ -64,6 +66,10 @@ func (s ExecSpawner) Spawn(spec Spec) (Process, error) {
 	}
 	// No Pdeathsig: clusters must outlive a manager restart and are re-adopted.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Output to a writer that is not a file is copied through pipes, which Wait
+	// reads to EOF. The group is killed before that, so only a process that left
+	// the group (setsid) can hold them open; it must not hold up Exited.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", spec.Argv[0], err)
 	}
@@ -80,15 +86,26 @@ type execProcess struct {
 }
 
 func (p *execProcess) wait() {
+	// Whatever the leader left behind in its group dies with it: no orphans.
+	// The group is killed when the leader exits but before it is reaped (and
+	// before Wait, which waits for output pipes the group may hold): while it
+	// is a zombie its pid, the group's id, cannot be reused.
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	syscall.Kill(-p.pid, syscall.SIGKILL)
 	err := p.cmd.Wait()
-	switch {
-	case err == nil:
-		p.status = "exit status 0"
-	default:
+	if p.cmd.ProcessState != nil {
+		// Not err, which is exec.ErrWaitDelay for a clean exit whose output
+		// pipes were held open.
+		p.status = p.cmd.ProcessState.String()
+	} else {
 		p.status = err.Error()
 	}
-	// Whatever the leader left behind in its group dies with it: no orphans.
-	syscall.Kill(-p.pid, syscall.SIGKILL)
 	close(p.exited)
 }
 

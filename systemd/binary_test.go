@@ -138,7 +138,7 @@ func TestBinaryUnderFakeServiceManager(t *testing.T) {
 	sd := newFakeSD(t)
 	dir := shortDir(t)
 	cfg := testConfig(dir)
-	env := append(os.Environ(), "NOTIFY_SOCKET="+sd.path, "WATCHDOG_USEC=300000")
+	env := append(os.Environ(), "NOTIFY_SOCKET="+sd.path, "WATCHDOG_USEC=1000000")
 	p := startProc(t, env, managerBin, "-config", writeConfig(t, dir, cfg))
 
 	i, _ := sd.waitMsg(0, 10*time.Second, "READY=1", func(m sdMsg) bool { return m.has("READY=1") })
@@ -147,12 +147,12 @@ func TestBinaryUnderFakeServiceManager(t *testing.T) {
 		return m.has("STATUS=4/4 clusters ready, generation 1")
 	})
 	from := time.Now()
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(2600 * time.Millisecond)
 	pings := sd.pings(from, time.Now())
-	if len(pings) < 3 {
-		t.Errorf("%d pings in 700ms at a 150ms period", len(pings))
+	if len(pings) < 4 {
+		t.Errorf("%d pings in 2.6s at a 500ms period", len(pings))
 	}
-	checkPingRate(t, from, pings, 150*time.Millisecond, 300*time.Millisecond)
+	checkPingRate(t, from, pings, 500*time.Millisecond, time.Second)
 
 	kids := children(p.cmd.Process.Pid)
 	if len(kids) != 4 {

@@ -5,6 +5,7 @@ package unixsock
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,24 +16,18 @@ import (
 // ErrInUse means another process is serving on the socket path.
 var ErrInUse = errors.New("socket is in use by a live process")
 
-// Listen creates a Unix stream socket at path with the given mode. A file left
-// at path is removed only if nothing answers a dial to it: a live manager's
-// socket is never stolen. The parent directory is created (0750) if missing,
-// and the mode is set before the listener is returned, so no connection is
-// accepted under a looser one.
+// Listen creates a Unix stream socket at path with the given mode. A socket left
+// at path is removed only if a dial to it is refused: a live manager's socket
+// is never stolen. Anything else at path (a file, a directory, a symlink) is
+// not a stale socket and is left alone: an error wrapping fs.ErrExist. The
+// parent directory is created (0750) if missing, and the mode is set before the
+// listener is returned, so no connection is accepted under a looser one.
 func Listen(path string, mode os.FileMode) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	if _, err := os.Lstat(path); err == nil {
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			c.Close()
-			return nil, fmt.Errorf("listen %s: %w", path, ErrInUse)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
-		}
+	if err := removeStale(path); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -43,6 +38,38 @@ func Listen(path string, mode os.FileMode) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("listen %s: chmod: %w", path, err)
 	}
 	return ln, nil
+}
+
+// removeStale removes the socket at path if nothing serves it. Only a refused
+// dial proves that: a listener with a full backlog answers EAGAIN, and any
+// other failure is no proof either.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("not a socket (mode %v): %w", fi.Mode(), fs.ErrExist)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	switch {
+	case err == nil:
+		c.Close()
+		return ErrInUse
+	case errors.Is(err, syscall.EAGAIN):
+		return ErrInUse
+	case errors.Is(err, syscall.ENOENT):
+		return nil // removed since the Lstat
+	case !errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("probe existing socket: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
 }
 
 // Cred is the peer of a Unix connection as the kernel saw it at connect time.
