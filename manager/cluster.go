@@ -319,6 +319,7 @@ func (e evHeartbeat) apply(m *Manager) {
 		m.becameReady(p)
 		if m.dep != nil {
 			m.dep.Ready(p.ref())
+			m.depFed = true
 		}
 	}
 	s := p.slot
@@ -387,6 +388,7 @@ func (e evQuiesced) apply(m *Manager) {
 		m.log.Info("cluster quiesced", "cluster", e.p.cluster, "generation", e.p.gen, "pid", e.p.pid())
 		if m.dep != nil {
 			m.dep.Quiesced(e.p.ref())
+			m.depFed = true
 		}
 	}
 }
@@ -406,6 +408,23 @@ func (e evDisconnect) apply(m *Manager) {
 	}
 	if p.state == procQuiescing && p.quiesced {
 		return // it said goodbye and is exiting; its exit is awaited
+	}
+	// A process that died closes its socket a moment before the kernel's
+	// exit notice reaches the loop: give that notice a moment before
+	// treating the process as alive but disconnected.
+	time.AfterFunc(disconnectGrace, func() { m.post(evDisconnected{p: p}) })
+}
+
+// disconnectGrace is how long a disconnected process may take to be seen
+// exiting before it is stopped as a live one that lost its connection.
+const disconnectGrace = 100 * time.Millisecond
+
+type evDisconnected struct{ p *proc }
+
+func (e evDisconnected) apply(m *Manager) {
+	p := e.p
+	if p.state >= procStopping || p.conn.Load() != nil {
+		return // exited meanwhile (procExited), or already being stopped
 	}
 	m.log.Warn("cluster disconnected without exiting; stopping it", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 	m.stop(p, "disconnected")
@@ -457,6 +476,7 @@ func (e evExit) apply(m *Manager) {
 	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", wasStopping)
 	if m.dep != nil {
 		m.dep.Exited(p.ref())
+		m.depFed = true
 	}
 	if s.current != p {
 		m.maybeActivate(s)
@@ -590,6 +610,7 @@ func (m *Manager) shutdown() {
 	m.log.Info("shutting down: quiescing clusters", "processes", len(m.procs))
 	if m.dep != nil && !m.dep.Done() {
 		m.dep.Abort("manager shutting down")
+		m.depFed = true
 	}
 	for _, s := range m.table().slots {
 		if s.restartTmr != nil {

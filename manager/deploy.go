@@ -139,6 +139,7 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	m.log.Info("deploy started", "deploy", plan.ID, "generation", gen, "from", plan.From.String(), "to", plan.To.String(),
 		"clusters", f.Clusters, "max_parallel", maxPar)
 	d.Start()
+	m.depFed = true
 	m.deployProgress()
 	payload, _ := json.Marshal(map[string]any{
 		"deploy_id":    plan.ID,

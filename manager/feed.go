@@ -221,7 +221,10 @@ func (m *Manager) flushFeed() {
 			m.feed.publish(b)
 		}
 	}
-	if m.dep != nil && (m.depPublished != m.dep || !m.depPublishedDone) {
+	// Only after the deploy was fed an event: its status is hundreds of KiB
+	// of JSON with many clusters, too much to build after every heartbeat.
+	if m.dep != nil && m.depFed && (m.depPublished != m.dep || !m.depPublishedDone) {
+		m.depFed = false
 		st := m.dep.Status()
 		b, _ := json.Marshal(struct {
 			Type   string `json:"type"`

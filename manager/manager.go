@@ -97,6 +97,9 @@ type Manager struct {
 	depPublished     *generation.Deploy
 	depPublishedDone bool
 	depLast          []byte
+	// depFed: the deploy was fed an event (its status can change only
+	// then) since flushFeed last looked at it.
+	depFed bool
 
 	adopting   bool      // the adopt window is open
 	restarted  bool      // a state file was found: this manager replaced one that died
@@ -256,6 +259,7 @@ func (m *Manager) loop(ctx context.Context) {
 			m.checkHeartbeats(now)
 			if m.dep != nil && !m.dep.Done() {
 				m.dep.Tick()
+				m.depFed = true
 			}
 		case <-ctx.Done():
 			return
