@@ -27,6 +27,13 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"route", "the same echo load straight to a cluster-harness and through sm-manager, and the ratio", runRouteCmd},
+	{"feed", "many subscribers on the status WebSocket while clusters heartbeat: latency, manager CPU and RSS", runFeedCmd},
+	{"api", "sm-api req/s for a guild lookup and a forwarded op, against the raw socket route", runAPICmd},
+	{"deploy", "rolling deploys of every cluster back to back under load: wall time, manager overhead per swap, unrouted intervals", runDeployCmd},
+	{"chaos", "kill -9, SIGSTOP, a crash loop and a client that stops reading, under load: every error inside a down window", runChaosCmd},
+	{"manager-kill", "SIGKILL sm-manager under load and restart it: re-adoption time, restarts, failed requests", runManagerKillCmd},
+	{"scale", "512 clusters of 8 shards: start time, the manager's RSS and CPU at steady heartbeat, a full deploy", runScaleCmd},
+	{"soak", "a bounded run under load with cluster kills and deploys: the manager's goroutines, fds and RSS must not grow", runSoakCmd},
 }
 
 // Main runs the scenario args[0] with the flags that follow. Reports go to
@@ -75,6 +82,7 @@ func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var((*intList)(&o.Clusters), "clusters", "comma-separated cluster counts for the idle measurement, e.g. 16,256 (default: skip it)")
 	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the idle manager is sampled")
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of the routed path's sm-manager to this file")
+	addPeerFlags(fs, &o)
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -51,6 +51,7 @@ func (r *RouteReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "routed/direct at %d in flight: throughput %.2f, p50 %+.0f µs, manager %.1f µs CPU/request%s%s\n",
 			s.InFlight, s.ThroughputRatio, s.P50DiffUS, s.ManagerCPUUSPerReq, rounds, note)
 	}
+	r.writePeerText(w)
 	if len(r.Idle) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -83,6 +84,9 @@ func (r *RouteReport) WriteJSON(w io.Writer) error {
 		if err := enc.Encode(s); err != nil {
 			return err
 		}
+	}
+	if err := r.writePeerJSON(enc); err != nil {
+		return err
 	}
 	for _, c := range r.Idle {
 		if err := enc.Encode(c); err != nil {

@@ -36,6 +36,10 @@ type RouteOptions struct {
 	// CPU profile (its hidden -cpuprofile flag), for go tool pprof.
 	ManagerCPUProfile string
 
+	// Peers says whether to also run the peer harness (peers.go), from PeersDir.
+	Peers    PeerMode
+	PeersDir string
+
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
 }
@@ -120,6 +124,11 @@ type RouteReport struct {
 	Options RouteOptions
 	Cases   []RouteCase
 	Idle    []IdleCase
+	// Peers are the peer harness's cases (peers.go); PeerNote says why
+	// there are none or fewer than asked.
+	Peers    []PeerCase
+	PeerNote string
+	peer     *peerRunner
 }
 
 // RouteSummary is the routed/direct comparison at one in-flight count: the
@@ -199,6 +208,9 @@ func Route(ctx context.Context, o RouteOptions) (*RouteReport, error) {
 	}
 	defer os.RemoveAll(dir)
 	rep := &RouteReport{Options: o}
+	if err := preparePeers(ctx, o, rep); err != nil {
+		return nil, err
+	}
 	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
 
 	if err := routeCases(ctx, o, dir, harnessArgv, rep); err != nil {
@@ -278,6 +290,9 @@ func routeCases(ctx context.Context, o RouteOptions, dir string, harnessArgv []s
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", path, n, err)
 				}
+			}
+			if err := rep.runPeerRound(ctx, o, n, round); err != nil {
+				return err
 			}
 		}
 	}

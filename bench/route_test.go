@@ -22,6 +22,7 @@ func TestRouteScenario(t *testing.T) {
 	err := Main(ctx, []string{"route",
 		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"),
 		"--duration=300ms", "--warmup=100ms", "--clusters=3", "--idle-sample=200ms",
+		"--peers=false", // TestPeerComparison runs them
 	}, &out, &progress)
 	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
 	if err != nil {

@@ -1,0 +1,531 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// ManagerKillOptions shape the manager-kill scenario: SIGKILL the manager
+// under load, restart it at once on the same config, and check that it
+// re-adopts every cluster without restarting any and that only the requests
+// in flight at the kill fail.
+type ManagerKillOptions struct {
+	ManagerBin string
+	HarnessBin string
+
+	Clusters     int           // one shard each
+	Kills        int           // kill/restart rounds
+	InFlight     int           // load workers, one request in flight each
+	Clients      int           // client connections the workers share
+	Rate         float64       // requests/s over all workers; 0 is closed-loop
+	PayloadBytes int           // echo payload
+	Settle       time.Duration // load on a settled manager before each kill
+	After        time.Duration // load after every cluster is routed again, before the next kill
+	AdoptWindow  time.Duration // state.adopt_window of the generated config
+
+	Progress io.Writer
+}
+
+// DefaultManagerKillOptions are the scenario's defaults (issue 5's measure).
+var DefaultManagerKillOptions = ManagerKillOptions{
+	Clusters:     16,
+	Kills:        3,
+	InFlight:     32,
+	Clients:      2,
+	PayloadBytes: 200,
+	Settle:       2 * time.Second,
+	After:        2 * time.Second,
+	AdoptWindow:  10 * time.Second,
+}
+
+// targetReadoptS is issue 5's target for 16 clusters: manager start to every
+// cluster re-adopted and routed.
+const targetReadoptS = 2.0
+
+// KillCase is one SIGKILL of the manager and its restart.
+type KillCase struct {
+	Scenario string `json:"scenario"` // "manager-kill"
+	Path     string `json:"path"`     // "kill"
+	Kill     int    `json:"kill"`
+	Clusters int    `json:"clusters"`
+	InFlight int    `json:"in_flight"`
+	// Survived counts the cluster processes alive right after the kill.
+	Survived int `json:"survived"`
+	// From the new manager's start: its socket answering a REGISTER; STATUS
+	// showing every cluster ready and routed; a broadcast ping answered by
+	// every cluster.
+	ListeningS float64 `json:"listening_s"`
+	ReadoptedS float64 `json:"readopted_s"`
+	RoutedS    float64 `json:"routed_s"`
+	// ResumedS: the first load request sent after the kill and answered OK.
+	ResumedS float64 `json:"resumed_s"`
+	// Restarted counts clusters whose process id changed across the restart.
+	Restarted int `json:"restarted"`
+	// Books are the load's, from just before the kill to the end of the
+	// load after it: what the kill cost.
+	Books
+	// The failed requests are those outstanding on a client's connection
+	// when it saw the connection end: by the bench's clock, sent before the
+	// SIGKILL, or after it and before the client read the end of the
+	// stream. (In a closed loop the replies to what was sent before the kill
+	// are mostly already on their way, unread in the client's socket, so
+	// most failures are of the second kind.)
+	FailedSentBefore uint64 `json:"failed_sent_before_kill"`
+	FailedSentAfter  uint64 `json:"failed_sent_after_kill"`
+	// NotSent counts sends the clients refused locally while disconnected
+	// (the race between a worker's wait and the disconnect): never sent, so
+	// in no book.
+	NotSent uint64 `json:"not_sent"`
+}
+
+// ManagerKillSummary is the scenario's verdict over all kills.
+type ManagerKillSummary struct {
+	Scenario      string  `json:"scenario"`
+	Path          string  `json:"path"` // "summary"
+	Clusters      int     `json:"clusters"`
+	Kills         int     `json:"kills"`
+	InFlight      int     `json:"in_flight"`
+	MaxReadoptedS float64 `json:"max_readopted_s"`
+	MaxRoutedS    float64 `json:"max_routed_s"`
+	Restarted     int     `json:"restarted"`
+	// FailedMax is the most requests one kill failed (at most InFlight).
+	FailedMax uint64 `json:"failed_max"`
+	// Books are the whole load's, start to end.
+	Books
+	ReqPerS float64 `json:"req_per_s"`
+	P50US   float64 `json:"p50_us"`
+	P99US   float64 `json:"p99_us"`
+	MaxUS   float64 `json:"max_us"`
+	// LeftBehind counts cluster processes still alive after the final SIGTERM.
+	LeftBehind int `json:"left_behind"`
+}
+
+// ManagerKillReport is everything the scenario measured.
+type ManagerKillReport struct {
+	Options ManagerKillOptions
+	Kills   []KillCase
+	Summary ManagerKillSummary
+}
+
+func (o ManagerKillOptions) withDefaults() ManagerKillOptions {
+	d := DefaultManagerKillOptions
+	if o.Clusters <= 0 {
+		o.Clusters = d.Clusters
+	}
+	if o.Kills <= 0 {
+		o.Kills = d.Kills
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = d.InFlight
+	}
+	if o.Clients <= 0 {
+		o.Clients = d.Clients
+	}
+	if o.PayloadBytes <= 0 {
+		o.PayloadBytes = d.PayloadBytes
+	}
+	if o.Settle <= 0 {
+		o.Settle = d.Settle
+	}
+	if o.After <= 0 {
+		o.After = d.After
+	}
+	if o.AdoptWindow <= 0 {
+		o.AdoptWindow = d.AdoptWindow
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Broken describes the invariants the run broke ("" when none): a restarted
+// cluster, a cluster process that died with the manager, a kill that failed
+// more requests than were in flight or failed any with another code than
+// unavailable, any lost, duplicate or unknown reply, and any cluster process
+// left after the final SIGTERM.
+func (r *ManagerKillReport) Broken() string {
+	var why []string
+	for _, k := range r.Kills {
+		if k.Restarted > 0 {
+			why = append(why, fmt.Sprintf("kill %d: %d cluster processes restarted", k.Kill, k.Restarted))
+		}
+		if k.Survived != k.Clusters {
+			why = append(why, fmt.Sprintf("kill %d: only %d of %d cluster processes survived the manager", k.Kill, k.Survived, k.Clusters))
+		}
+		if n := k.ErrorCount(); n > uint64(k.InFlight) {
+			why = append(why, fmt.Sprintf("kill %d: %d requests failed, more than the %d in flight", k.Kill, n, k.InFlight))
+		}
+		for _, code := range slices.Sorted(maps.Keys(k.Errors)) {
+			if code != ipc.CodeUnavailable {
+				why = append(why, fmt.Sprintf("kill %d: %d failed with %s", k.Kill, k.Errors[code], code))
+			}
+		}
+	}
+	s := r.Summary
+	if s.Lost > 0 {
+		why = append(why, fmt.Sprintf("%d lost", s.Lost))
+	}
+	if s.Duplicates > 0 {
+		why = append(why, fmt.Sprintf("%d duplicate replies", s.Duplicates))
+	}
+	if s.Unknown > 0 {
+		why = append(why, fmt.Sprintf("%d replies to unknown ids", s.Unknown))
+	}
+	if killed := r.killErrors(); s.ErrorCount() != killed {
+		why = append(why, fmt.Sprintf("%d requests failed outside the kills (%d in all)", s.ErrorCount()-killed, s.ErrorCount()))
+	}
+	if s.LeftBehind > 0 {
+		why = append(why, fmt.Sprintf("%d cluster processes left after SIGTERM", s.LeftBehind))
+	}
+	return strings.Join(why, ", ")
+}
+
+func (r *ManagerKillReport) killErrors() uint64 {
+	var n uint64
+	for _, k := range r.Kills {
+		n += k.ErrorCount()
+	}
+	return n
+}
+
+// ManagerKill runs the scenario. A report with what was measured comes back
+// even with an error.
+func ManagerKill(ctx context.Context, o ManagerKillOptions) (*ManagerKillReport, error) {
+	o = o.withDefaults()
+	rep := &ManagerKillReport{Options: o}
+	dir, err := os.MkdirTemp("", "sm-bench-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	logw, err := os.Create(filepath.Join(dir, "manager-kill.log"))
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		err = withLog(err, logw)
+		logw.Close()
+	}()
+	err = managerKill(ctx, o, dir, logw, rep)
+	rep.summarize()
+	return rep, err
+}
+
+func managerKill(ctx context.Context, o ManagerKillOptions, dir string, logw io.Writer, rep *ManagerKillReport) (err error) {
+	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
+	cfg, err := fleetConfig(dir, o.Clusters, 1, harnessArgv, "")
+	if err != nil {
+		return err
+	}
+	cfg.State = config.State{Dir: filepath.Join(dir, "state"), AdoptWindow: config.Duration{Duration: o.AdoptWindow}}
+	if err := os.Mkdir(cfg.State.Dir, 0o700); err != nil {
+		return err
+	}
+	// Whatever happens, no cluster process outlives the scenario.
+	defer func() {
+		if n := reapLeftovers(cfg.Socket); n > 0 && err != nil {
+			err = fmt.Errorf("%w (killed %d cluster processes left behind)", err, n)
+		}
+	}()
+
+	fmt.Fprintf(o.Progress, "manager-kill: starting sm-manager with %d clusters (state in %s)\n", o.Clusters, cfg.State.Dir)
+	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if mgr != nil {
+			mgr.proc.stop(os.Kill, 5*time.Second)
+		}
+	}()
+	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
+	if err != nil {
+		return mgr.proc.why(err)
+	}
+	st, err := waitAllReady(ctx, ctl, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond, 20*time.Millisecond, mgr.proc.exited, nil)
+	ctl.Close()
+	if err != nil {
+		return err
+	}
+	mgr.clusters = clusterPIDs(st)
+
+	load, err := startClientLoad(ctx, clientLoadConfig{
+		socket: cfg.Socket, clients: o.Clients, workers: o.InFlight, rate: o.Rate,
+		target: clusterTarget(o.Clusters, o.InFlight), payload: echoPayload(o.PayloadBytes),
+		timeout: cfg.Requests.Timeout.Duration + 5*time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	loadStart := time.Now()
+	loadEnded := false
+	endLoad := func() {
+		if loadEnded {
+			return
+		}
+		loadEnded = true
+		fmt.Fprintf(o.Progress, "manager-kill: ending the load\n")
+		b := load.end()
+		el := time.Since(loadStart)
+		lat := load.latency()
+		s := &rep.Summary
+		s.Books = b
+		s.ReqPerS = float64(b.OK) / el.Seconds()
+		s.P50US, s.P99US, s.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	}
+	defer endLoad()
+	fmt.Fprintf(o.Progress, "manager-kill: %d clusters ready; load: %d in flight over %d clients%s\n",
+		o.Clusters, o.InFlight, o.Clients, rateNote(o.Rate))
+
+	for k := 1; k <= o.Kills; k++ {
+		if err := sleep(ctx, o.Settle); err != nil {
+			return err
+		}
+		var kc KillCase
+		mgr, kc, err = killAndRestart(ctx, o, cfg, dir, logw, mgr, load)
+		kc.Kill = k
+		rep.Kills = append(rep.Kills, kc)
+		fmt.Fprintf(o.Progress, "manager-kill: kill %d/%d: %d/%d survived, re-adopted %.3fs, routed %.3fs after the restart; %d restarted, %d failed\n",
+			k, o.Kills, kc.Survived, kc.Clusters, kc.ReadoptedS, kc.RoutedS, kc.Restarted, kc.ErrorCount())
+		if err != nil {
+			return fmt.Errorf("kill %d: %w", k, err)
+		}
+	}
+	endLoad()
+
+	fmt.Fprintf(o.Progress, "manager-kill: stopping sm-manager (SIGTERM)\n")
+	stopErr := mgr.stop(time.Minute)
+	mgr = nil
+	rep.Summary.LeftBehind = reapLeftovers(cfg.Socket)
+	return stopErr
+}
+
+func rateNote(rate float64) string {
+	if rate > 0 {
+		return fmt.Sprintf(", %.0f req/s", rate)
+	}
+	return ", closed-loop"
+}
+
+// killAndRestart SIGKILLs mgr, starts its successor on the same config at
+// once, and measures the re-adoption. It returns the new manager (nil if it
+// could not be started).
+func killAndRestart(ctx context.Context, o ManagerKillOptions, cfg *config.Config, dir string, logw io.Writer, mgr *managerProc, load *clientLoad) (*managerProc, KillCase, error) {
+	kc := KillCase{Scenario: "manager-kill", Path: "kill", Clusters: o.Clusters, InFlight: o.InFlight}
+	before := mgr.clusters
+	b0, ns0, f0 := load.snapshot(), load.notSentCount(), len(load.failuresSoFar())
+
+	killAt := time.Now()
+	load.setMark(killAt)
+	mgr.proc.cmd.Process.Kill()
+	<-mgr.proc.exited
+	for _, pid := range before {
+		if procAlive(pid) {
+			kc.Survived++
+		}
+	}
+
+	start := time.Now()
+	next, err := startManager(o.ManagerBin, dir, cfg, logw)
+	if err != nil {
+		return nil, kc, err
+	}
+	next.clusters = before // to kill should this manager have to be killed
+	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
+	if err != nil {
+		return next, kc, next.proc.why(err)
+	}
+	defer ctl.Close()
+	kc.ListeningS = time.Since(start).Seconds()
+	st, err := waitAllReady(ctx, ctl, o.AdoptWindow+startTimeout, 5*time.Millisecond, next.proc.exited, nil)
+	if err != nil {
+		return next, kc, err
+	}
+	kc.ReadoptedS = time.Since(start).Seconds()
+	// Routed in fact: a broadcast ping that every cluster answers.
+	probe, err := next.dial(ctx, "sm-bench-probe")
+	if err != nil {
+		return next, kc, err
+	}
+	_, err = next.waitReady(ctx, probe, ipc.TargetAll, startTimeout)
+	probe.conn.Close()
+	<-probe.conn.Done()
+	if err != nil {
+		return next, kc, err
+	}
+	kc.RoutedS = time.Since(start).Seconds()
+
+	after := clusterPIDs(st)
+	for i := range before {
+		if i >= len(after) || after[i] != before[i] {
+			kc.Restarted++
+		}
+	}
+	next.clusters = after
+	if err := sleep(ctx, o.After); err != nil {
+		return next, kc, err
+	}
+	// The processes once the dust settled: the same ones still.
+	if st, err := mgrStatus(ctx, ctl, 5*time.Second); err == nil {
+		now := clusterPIDs(st)
+		for i := range now {
+			if i < len(after) && now[i] != after[i] {
+				kc.Restarted++
+			}
+		}
+		next.clusters = now
+	}
+	if t := load.resumedAt(); !t.IsZero() {
+		kc.ResumedS = t.Sub(start).Seconds()
+	}
+	kc.Books = load.snapshot().sub(b0)
+	for _, f := range load.failuresSoFar()[f0:] {
+		if f.sent.Before(killAt) {
+			kc.FailedSentBefore++
+		} else {
+			kc.FailedSentAfter++
+		}
+	}
+	kc.NotSent = load.notSentCount() - ns0
+	return next, kc, nil
+}
+
+func (l *clientLoad) notSentCount() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.notSent
+}
+
+// WriteText prints the report for people.
+func (r *ManagerKillReport) WriteText(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "manager-kill: %d clusters, %d kills, %d requests in flight%s (echo, %d-byte payload); %d CPUs (%s)\n\n",
+		o.Clusters, len(r.Kills), o.InFlight, rateNote(o.Rate), len(echoPayload(o.PayloadBytes)), runtime.NumCPU(), cpuModel())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "kill\tsurvived\tlistening s\tre-adopted s\trouted s\tload resumed s\trestarted\tsent\tok\tfailed\t(sent before kill\t+ after)\tlost\tdup\t")
+	for _, k := range r.Kills {
+		fmt.Fprintf(tw, "%d\t%d/%d\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n",
+			k.Kill, k.Survived, k.Clusters, k.ListeningS, k.ReadoptedS, k.RoutedS, k.ResumedS, k.Restarted,
+			k.Sent, k.OK, errorsText(k.Books), k.FailedSentBefore, k.FailedSentAfter, k.Lost, k.Duplicates)
+	}
+	tw.Flush()
+	s := r.Summary
+	fmt.Fprintf(w, "\nwhole load: %d sent, %d ok, %s failed, %d lost, %d duplicates; %.0f req/s, p50 %.0f µs, p99 %.0f µs, max %.0f µs\n",
+		s.Sent, s.OK, errorsText(s.Books), s.Lost, s.Duplicates, s.ReqPerS, s.P50US, s.P99US, s.MaxUS)
+	fmt.Fprintf(w, "times are from the new manager's start; re-adopted: STATUS shows every cluster ready and routed; routed: a broadcast ping answered by all\n")
+	fmt.Fprintf(w, "re-adoption (manager start → every cluster ready and routed): max %.3f s  (target ≤ %.0f s for 16 clusters → %s)\n",
+		s.MaxReadoptedS, targetReadoptS, met(s.MaxReadoptedS <= targetReadoptS))
+	fmt.Fprintf(w, "cluster processes restarted: %d  (target 0 → %s)\n", s.Restarted, met(s.Restarted == 0))
+	fmt.Fprintf(w, "failed: outstanding when the client saw its connection end; sent before the SIGKILL, or after it and before the client read EOF\n")
+	fmt.Fprintf(w, "failed by a kill: at most %d (of a window of %d), all unavailable  (→ %s)\n",
+		s.FailedMax, o.InFlight, met(s.FailedMax <= uint64(o.InFlight) && onlyUnavailable(s.Books)))
+	fmt.Fprintf(w, "cluster processes left after the final SIGTERM: %d\n", s.LeftBehind)
+}
+
+func onlyUnavailable(b Books) bool {
+	for code := range b.Errors {
+		if code != ipc.CodeUnavailable {
+			return false
+		}
+	}
+	return true
+}
+
+// errorsText is the error count, by code when there are any.
+func errorsText(b Books) string {
+	if len(b.Errors) == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(b.Errors)) {
+		parts = append(parts, fmt.Sprintf("%d %s", b.Errors[code], code))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WriteJSON prints one JSON object per kill, then the summary.
+func (r *ManagerKillReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, k := range r.Kills {
+		if err := enc.Encode(k); err != nil {
+			return err
+		}
+	}
+	return enc.Encode(r.Summary)
+}
+
+func (r *ManagerKillReport) summarize() {
+	s := &r.Summary
+	s.Scenario, s.Path = "manager-kill", "summary"
+	s.Clusters, s.Kills, s.InFlight = r.Options.Clusters, len(r.Kills), r.Options.InFlight
+	for _, k := range r.Kills {
+		s.MaxReadoptedS = max(s.MaxReadoptedS, k.ReadoptedS)
+		s.MaxRoutedS = max(s.MaxRoutedS, k.RoutedS)
+		s.Restarted += k.Restarted
+		s.FailedMax = max(s.FailedMax, k.ErrorCount())
+	}
+}
+
+func runManagerKillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := DefaultManagerKillOptions
+	fs := flag.NewFlagSet("sm-bench manager-kill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
+	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters (one shard each)")
+	fs.IntVar(&o.Kills, "kills", o.Kills, "SIGKILL/restart rounds")
+	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "requests in flight (workers, one each)")
+	fs.IntVar(&o.Clients, "clients", o.Clients, "client connections the workers share")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "requests per second over all workers (0: closed-loop, as fast as replies come)")
+	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
+	fs.DurationVar(&o.Settle, "settle", o.Settle, "load before each kill")
+	fs.DurationVar(&o.After, "after", o.After, "load after every cluster is routed again, counted with the kill")
+	fs.DurationVar(&o.AdoptWindow, "adopt-window", o.AdoptWindow, "state.adopt_window of the generated config")
+	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("manager-kill: unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+		return err
+	}
+	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+		return err
+	}
+	if !*quiet {
+		o.Progress = stderr
+	}
+	rep, err := ManagerKill(ctx, o)
+	if len(rep.Kills) > 0 {
+		rep.WriteText(stdout)
+		fmt.Fprintln(stdout)
+		if jerr := rep.WriteJSON(stdout); err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if why := rep.Broken(); why != "" {
+		return fmt.Errorf("manager-kill: %w: %s", ErrInvariant, why)
+	}
+	return nil
+}

@@ -1,0 +1,427 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// What the deploy and chaos scenarios share: a manager with many clusters
+// started from a config file the scenario may rewrite (DEPLOY re-reads it), a
+// control connection for pings, STATUS and DEPLOY, and the /proc checks that no
+// cluster process is left a zombie, an orphan or a stray.
+
+// rollFleet is a real sm-manager with its clusters, on a socket in dir.
+type rollFleet struct {
+	cfg     *config.Config
+	cfgPath string
+	mgr     *managerProc
+	ctl     *pipe // control connection, used by one goroutine at a time
+}
+
+// rollConfig is managerConfig with clusters clusters of perCluster shards, no
+// status page and no metrics endpoint (their fixed default ports would collide
+// with any other manager on the machine), no state file, and a feed buffer
+// deep enough that a WATCH of the bench is never dropped.
+func rollConfig(dir string, clusters, perCluster int, harnessArgv []string) (*config.Config, error) {
+	cfg, err := managerConfig(dir, clusters, harnessArgv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Topology = config.Topology{TotalShards: clusters * perCluster, ShardsPerCluster: perCluster}
+	cfg.Status.Listen, cfg.Admin.Listen = "", ""
+	cfg.State.Dir = ""
+	cfg.Limits.FeedBuffer = 8192
+	cfg.Cluster.Env = map[string]string{}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// startRollFleet writes cfg to dir/sm.toml, starts bin on it and opens the
+// control connection. The manager's environment carries no SM_HARNESS_FLAGS of
+// the caller's: per-cluster failures come from cfg.Cluster.Env only.
+func startRollFleet(ctx context.Context, bin, dir string, cfg *config.Config, logw *os.File) (*rollFleet, error) {
+	f := &rollFleet{cfg: cfg, cfgPath: filepath.Join(dir, "sm.toml")}
+	if err := f.writeConfig(); err != nil {
+		return nil, err
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SM_HARNESS_FLAGS") })
+	proc, err := startChild("sm-manager", []string{bin, "-config", f.cfgPath}, env, logw)
+	if err != nil {
+		return nil, err
+	}
+	f.mgr = &managerProc{proc: proc, socket: cfg.Socket}
+	if f.ctl, err = f.mgr.dial(ctx, "sm-bench-control"); err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// writeConfig saves f.cfg, through a rename so that a DEPLOY never reads half
+// a file.
+func (f *rollFleet) writeConfig() error {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(f.cfg); err != nil {
+		return fmt.Errorf("encode manager config: %w", err)
+	}
+	tmp := f.cfgPath + ".tmp"
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.cfgPath)
+}
+
+// close stops the manager (SIGTERM: it quiesces every cluster) and reports a
+// manager that did not exit cleanly, then makes sure no cluster process of
+// this fleet outlived it: any that did is killed and reported.
+func (f *rollFleet) close() error {
+	if f.ctl != nil {
+		f.ctl.conn.Close()
+		<-f.ctl.conn.Done()
+		f.ctl = nil
+	}
+	err := f.mgr.stop(time.Minute)
+	var left []fleetProc
+	for range 30 { // the kernel reaps the last ones a moment after the manager's exit
+		if left = scanFleetProcs(f.cfg.Socket, -1); len(left) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		for _, p := range left {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		lerr := fmt.Errorf("%w: %d cluster processes outlived the manager: %v", ErrInvariant, len(left), left)
+		if err == nil {
+			err = lerr
+		} else {
+			err = fmt.Errorf("%v; %w", err, lerr)
+		}
+	}
+	return err
+}
+
+// closeFleet closes f at the end of a scenario: a cluster process that
+// outlived the manager is a broken invariant, added to failures; any other
+// trouble stopping is joined to err.
+func closeFleet(f *rollFleet, err error, failures *[]string) error {
+	cerr := f.close()
+	if errors.Is(cerr, ErrInvariant) {
+		*failures = append(*failures, cerr.Error())
+		return err
+	}
+	return errors.Join(err, cerr)
+}
+
+// rollStatus is the part of a STATUS payload (manager.Status) the scenarios read.
+type rollStatus struct {
+	Topology   generation.Topology `json:"topology"`
+	Generation int64               `json:"generation"`
+	Clusters   []rollCluster       `json:"clusters"`
+	Deploy     *generation.Status  `json:"deploy"`
+}
+
+// rollCluster is one cluster of a STATUS payload or of a feed event.
+type rollCluster struct {
+	ID         int    `json:"id"`
+	Generation int64  `json:"generation"`
+	State      string `json:"state"`
+	PID        int    `json:"pid"`
+	Routed     bool   `json:"routed"`
+	Activated  bool   `json:"activated"`
+	Restarts   int    `json:"restarts"`
+	CrashLoop  bool   `json:"crash_loop"`
+	LastExit   string `json:"last_exit"`
+	Deploying  bool   `json:"deploying"`
+}
+
+// status asks for a STATUS snapshot on the control connection.
+func (f *rollFleet) status(ctx context.Context) (*rollStatus, error) {
+	var probe Books
+	r, err := f.ctl.call(ctx, &ipc.Frame{Op: ipc.OpStatus}, 10*time.Second, &probe)
+	if err != nil {
+		return nil, f.mgr.proc.why(err)
+	}
+	if r.Error != nil {
+		return nil, fmt.Errorf("STATUS: %w", r.Error)
+	}
+	var st rollStatus
+	if err := json.Unmarshal(r.Payload, &st); err != nil {
+		return nil, fmt.Errorf("STATUS payload: %w", err)
+	}
+	return &st, nil
+}
+
+// waitStatus polls STATUS until ok holds, for at most timeout.
+func (f *rollFleet) waitStatus(ctx context.Context, timeout time.Duration, what string, ok func(*rollStatus) bool) (*rollStatus, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := f.status(ctx)
+		if err == nil && ok(st) {
+			return st, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("not after %v; last STATUS: %s", timeout, describeClusters(st))
+			}
+			return st, fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		select {
+		case <-f.mgr.proc.exited:
+			return nil, f.mgr.proc.why(err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// describeClusters is a one-line summary of a STATUS's clusters, for errors.
+func describeClusters(st *rollStatus) string {
+	if st == nil {
+		return "none"
+	}
+	var b strings.Builder
+	for _, c := range st.Clusters {
+		fmt.Fprintf(&b, "%d:%s/g%d", c.ID, c.State, c.Generation)
+		if !c.Routed {
+			b.WriteString("/unrouted")
+		}
+		if c.CrashLoop {
+			b.WriteString("/crash_loop")
+		}
+		b.WriteByte(' ')
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// allReady reports whether every cluster but those in except is ready and routed.
+func allReady(st *rollStatus, except ...int) bool {
+	for _, c := range st.Clusters {
+		if !slices.Contains(except, c.ID) && (c.State != "ready" || !c.Routed) {
+			return false
+		}
+	}
+	return len(st.Clusters) > 0
+}
+
+// startRollout sends DEPLOY on the control connection and returns the deploy id.
+func (f *rollFleet) startRollout(ctx context.Context, maxParallel int) (string, int64, error) {
+	var probe Books
+	r, err := f.ctl.call(ctx, &ipc.Frame{Op: ipc.OpDeploy, MaxParallel: maxParallel}, 30*time.Second, &probe)
+	if err != nil {
+		return "", 0, f.mgr.proc.why(err)
+	}
+	if r.Error != nil {
+		return "", 0, fmt.Errorf("DEPLOY: %w", r.Error)
+	}
+	var rep struct {
+		ID         string `json:"deploy_id"`
+		Generation int64  `json:"generation"`
+	}
+	if err := json.Unmarshal(r.Payload, &rep); err != nil || rep.ID == "" {
+		return "", 0, fmt.Errorf("DEPLOY reply %s: %v", r.Payload, err)
+	}
+	return rep.ID, rep.Generation, nil
+}
+
+// ping sends one ping to cluster and returns the pid that answered.
+func (f *rollFleet) ping(ctx context.Context, cluster int) (int, error) {
+	var probe Books
+	r, err := f.ctl.call(ctx, &ipc.Frame{Op: "ping", Target: strconv.Itoa(cluster)}, 15*time.Second, &probe)
+	if err != nil {
+		return 0, f.mgr.proc.why(err)
+	}
+	if r.Error != nil {
+		return 0, r.Error
+	}
+	return pidOf(r.Payload)
+}
+
+// fleetProc is a cluster process of a fleet, as /proc shows it.
+type fleetProc struct {
+	PID   int  `json:"pid"`
+	PPID  int  `json:"ppid"`
+	State byte `json:"-"`
+}
+
+func (p fleetProc) String() string {
+	return fmt.Sprintf("pid %d (ppid %d, state %c)", p.PID, p.PPID, p.State)
+}
+
+// scanFleetProcs lists the processes whose environment names socket as
+// SM_SOCKET, the cluster processes of the manager on that socket (it is in
+// the scenario's own temp dir, so they are no one else's), and the zombie
+// children of managerPID (a zombie's environment can no longer be read).
+func scanFleetProcs(socket string, managerPID int) []fleetProc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte("\x00SM_SOCKET=" + socket + "\x00")
+	var out []fleetProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		st, ok := readProcStat(pid)
+		if !ok {
+			continue
+		}
+		if st.State == 'Z' && st.PPID == managerPID && managerPID > 0 {
+			out = append(out, st)
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), want) {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// readProcStat reads a process's state and parent from /proc/<pid>/stat.
+func readProcStat(pid int) (fleetProc, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return fleetProc{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return fleetProc{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return fleetProc{}, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return fleetProc{}, false
+	}
+	return fleetProc{PID: pid, PPID: ppid, State: f[0][0]}, true
+}
+
+// ourCluster reports whether pid is a live cluster process of the fleet on
+// socket: the check before any signal, so a reused pid is never hit.
+func ourCluster(pid int, socket string) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, ok := readProcStat(pid)
+	if !ok || st.State == 'Z' {
+		return false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(append([]byte{0}, env...), []byte("\x00SM_SOCKET="+socket+"\x00"))
+}
+
+// ProcCheck is what /proc showed of a fleet's cluster processes.
+type ProcCheck struct {
+	Live    int `json:"live"`
+	Zombies int `json:"zombies"` // exited and never reaped by the manager
+	Orphans int `json:"orphans"` // parent is not the manager
+	// Strays are live processes that STATUS does not name as any cluster's:
+	// left behind by a stop or a deploy.
+	Strays  int      `json:"strays"`
+	Details []string `json:"details,omitempty"`
+}
+
+// Clean reports whether no process is a zombie, an orphan or a stray.
+func (c ProcCheck) Clean() bool { return c.Zombies == 0 && c.Orphans == 0 && c.Strays == 0 }
+
+// checkProcs compares /proc with STATUS. A process caught between its exit and
+// its reaping, or just spawned, is a moment's state: the check is repeated
+// (for up to about 3 s) until it comes out clean, and the last one counts.
+func (f *rollFleet) checkProcs(ctx context.Context) (ProcCheck, error) {
+	var c ProcCheck
+	for try := 0; ; try++ {
+		before, err := f.status(ctx)
+		if err != nil {
+			return c, err
+		}
+		procs := scanFleetProcs(f.cfg.Socket, f.mgr.pid())
+		after, err := f.status(ctx)
+		if err != nil {
+			return c, err
+		}
+		known := map[int]bool{}
+		for _, st := range []*rollStatus{before, after} {
+			for _, cl := range st.Clusters {
+				known[cl.PID] = true
+			}
+		}
+		c = ProcCheck{}
+		for _, p := range procs {
+			switch {
+			case p.State == 'Z':
+				c.Zombies++
+				c.Details = append(c.Details, "zombie "+p.String())
+			case p.PPID != f.mgr.pid():
+				c.Orphans++
+				c.Details = append(c.Details, "orphan "+p.String())
+			case !known[p.PID]:
+				c.Strays++
+				c.Details = append(c.Details, "stray "+p.String())
+			default:
+				c.Live++
+			}
+		}
+		if c.Clean() || try == 10 {
+			return c, nil
+		}
+		if err := sleep(ctx, 300*time.Millisecond); err != nil {
+			return c, err
+		}
+	}
+}
+
+// percentile returns the q-quantile of ds (nearest rank; 0 for none).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages, from
+// /proc/loadavg: on a shared machine, how busy the rest of it was.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,545 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// SoakOptions shape the soak scenario: a bounded run under steady load with
+// periodic cluster kills and deploys, sampling the manager's goroutines, fds
+// and RSS, which must not grow (see growth.go for the rule).
+type SoakOptions struct {
+	ManagerBin string
+	HarnessBin string
+
+	Duration     time.Duration
+	Clusters     int
+	InFlight     int
+	Rate         float64 // requests/s over all workers; 0 is closed-loop
+	PayloadBytes int
+	SampleEvery  time.Duration
+	// KillEvery: SIGKILL a random cluster's process this often (0: never).
+	KillEvery time.Duration
+	// DeployEvery: a deploy of every cluster, DeployParallel at a time,
+	// this often (0: never).
+	DeployEvery    time.Duration
+	DeployParallel int
+	// SamplesFile, if set, receives every sample as CSV.
+	SamplesFile string
+
+	Progress io.Writer
+}
+
+// DefaultSoakOptions are the documented soak: ten minutes.
+var DefaultSoakOptions = SoakOptions{
+	Duration:       10 * time.Minute,
+	Clusters:       16,
+	InFlight:       16,
+	Rate:           1000,
+	PayloadBytes:   200,
+	SampleEvery:    5 * time.Second,
+	KillEvery:      20 * time.Second,
+	DeployEvery:    90 * time.Second,
+	DeployParallel: 4,
+}
+
+// soakSample is one reading of the manager.
+type soakSample struct {
+	AtS        float64 `json:"at_s"` // since the load started
+	Goroutines float64 `json:"goroutines"`
+	FDs        float64 `json:"fds"`      // /proc/<pid>/fd
+	OpenFDs    float64 `json:"open_fds"` // process_open_fds, from the metrics
+	RSSKiB     float64 `json:"rss_kib"`
+	HeapKiB    float64 `json:"heap_inuse_kib"`
+}
+
+// SoakReport is what the soak measured: one JSON line.
+type SoakReport struct {
+	Scenario    string  `json:"scenario"` // "soak"
+	DurationS   float64 `json:"duration_s"`
+	Clusters    int     `json:"clusters"`
+	InFlight    int     `json:"in_flight"`
+	Rate        float64 `json:"rate"`
+	SampleEvery float64 `json:"sample_every_s"`
+	Kills       int     `json:"kills"`
+	// KillRecoverMaxS is the longest a killed cluster took to be routed again.
+	KillRecoverMaxS float64 `json:"kill_recover_max_s"`
+	Deploys         int     `json:"deploys"`
+	// DeployErrors: deploys that did not succeed (or could not start).
+	DeployErrors []string `json:"deploy_errors,omitempty"`
+	Books
+	// Unexplained counts error replies outside every window in which a
+	// kill allows them (a deploy allows none).
+	Unexplained uint64  `json:"unexplained"`
+	ReqPerS     float64 `json:"req_per_s"`
+	P50US       float64 `json:"p50_us"`
+	P99US       float64 `json:"p99_us"`
+	MaxUS       float64 `json:"max_us"`
+
+	Goroutines GrowthVerdict `json:"goroutines"`
+	FDs        GrowthVerdict `json:"fds"`
+	RSS        GrowthVerdict `json:"rss_kib"`
+	LeftBehind int           `json:"left_behind"`
+
+	samples []soakSample
+	options SoakOptions
+}
+
+func (o SoakOptions) withDefaults() SoakOptions {
+	d := DefaultSoakOptions
+	if o.Duration <= 0 {
+		o.Duration = d.Duration
+	}
+	if o.Clusters <= 0 {
+		o.Clusters = d.Clusters
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = d.InFlight
+	}
+	if o.Rate < 0 {
+		o.Rate = d.Rate
+	}
+	if o.PayloadBytes <= 0 {
+		o.PayloadBytes = d.PayloadBytes
+	}
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = d.SampleEvery
+	}
+	if o.DeployParallel <= 0 {
+		o.DeployParallel = d.DeployParallel
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Broken describes the invariants broken: growth, a lost, duplicate or
+// unknown reply, an error reply no kill explains, a failed deploy, a process
+// left after SIGTERM.
+func (r *SoakReport) Broken() string {
+	var why []string
+	for _, v := range []GrowthVerdict{r.Goroutines, r.FDs, r.RSS} {
+		if v.Grew {
+			why = append(why, v.String())
+		}
+	}
+	if r.Lost > 0 {
+		why = append(why, fmt.Sprintf("%d lost", r.Lost))
+	}
+	if r.Duplicates > 0 {
+		why = append(why, fmt.Sprintf("%d duplicate replies", r.Duplicates))
+	}
+	if r.Unknown > 0 {
+		why = append(why, fmt.Sprintf("%d replies to unknown ids", r.Unknown))
+	}
+	if r.Unexplained > 0 {
+		why = append(why, fmt.Sprintf("%d error replies outside the kills' windows (%s in all)", r.Unexplained, errorsText(r.Books)))
+	}
+	for _, e := range r.DeployErrors {
+		why = append(why, "deploy: "+e)
+	}
+	if r.LeftBehind > 0 {
+		why = append(why, fmt.Sprintf("%d cluster processes left after SIGTERM", r.LeftBehind))
+	}
+	return strings.Join(why, ", ")
+}
+
+// Soak runs the scenario. The report holds what was measured even with an error.
+func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
+	o = o.withDefaults()
+	rep := &SoakReport{Scenario: "soak", Clusters: o.Clusters, InFlight: o.InFlight, Rate: o.Rate,
+		SampleEvery: o.SampleEvery.Seconds(), options: o}
+	dir, err := os.MkdirTemp("", "sm-bench-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	logw, err := os.Create(filepath.Join(dir, "soak.log"))
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		err = withLog(err, logw)
+		logw.Close()
+	}()
+	err = soak(ctx, o, dir, logw, rep)
+	rep.judge()
+	if o.SamplesFile != "" {
+		if werr := rep.writeSamples(o.SamplesFile); err == nil {
+			err = werr
+		}
+	}
+	return rep, err
+}
+
+// killWindow is when requests to a killed cluster may fail: from the kill
+// until its new process is routed, and a grace for replies under way.
+type killWindow struct {
+	cluster    string
+	from, till time.Time
+}
+
+const killGrace = time.Second
+
+func soak(ctx context.Context, o SoakOptions, dir string, logw io.Writer, rep *SoakReport) (err error) {
+	admin, err := freeLoopbackAddr()
+	if err != nil {
+		return err
+	}
+	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
+	cfg, err := fleetConfig(dir, o.Clusters, 1, harnessArgv, admin)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if n := reapLeftovers(cfg.Socket); n > 0 && err != nil {
+			err = fmt.Errorf("%w (killed %d cluster processes left behind)", err, n)
+		}
+	}()
+	fmt.Fprintf(o.Progress, "soak: starting sm-manager with %d clusters, metrics on %s\n", o.Clusters, admin)
+	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			mgr.proc.stop(os.Kill, 5*time.Second)
+		}
+	}()
+	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
+	if err != nil {
+		return mgr.proc.why(err)
+	}
+	defer func() { ctl.Close() }()
+	st, err := waitAllReady(ctx, ctl, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond, 50*time.Millisecond, mgr.proc.exited, nil)
+	mgr.clusters = clusterPIDs(st)
+	if err != nil {
+		return err
+	}
+	if _, err := scrapeMetrics(ctx, admin, "go_goroutines"); err != nil {
+		return fmt.Errorf("the manager's metrics on %s: %w", admin, err)
+	}
+
+	load, err := startClientLoad(ctx, clientLoadConfig{
+		socket: cfg.Socket, clients: 2, workers: o.InFlight, rate: o.Rate,
+		target: clusterTarget(o.Clusters, o.InFlight), payload: echoPayload(o.PayloadBytes),
+		timeout: cfg.Requests.Timeout.Duration + 5*time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Fprintf(o.Progress, "soak: %d clusters ready; load %d in flight%s for %v; a sample every %v, a kill every %v, a deploy every %v\n",
+		o.Clusters, o.InFlight, rateNote(o.Rate), o.Duration, o.SampleEvery, o.KillEvery, o.DeployEvery)
+
+	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	var sampleErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sampleErr = soakSampler(runCtx, o, mgr.pid(), admin, start, rep)
+	}()
+	windows, actErr := soakActions(runCtx, o, ctl, mgr, start, rep)
+	cancel()
+	wg.Wait()
+
+	books := load.end()
+	el := time.Since(start)
+	rep.DurationS = el.Seconds()
+	rep.Books = books
+	lat := load.latency()
+	rep.ReqPerS = float64(books.OK) / el.Seconds()
+	rep.P50US, rep.P99US, rep.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	rep.Unexplained = unexplained(load.failuresSoFar(), windows) + load.droppedFailures()
+
+	if st, err := mgrStatus(ctx, ctl, 5*time.Second); err == nil {
+		mgr.clusters = clusterPIDs(st)
+	}
+	ctl.Close()
+	fmt.Fprintf(o.Progress, "soak: stopping sm-manager (SIGTERM)\n")
+	stopped = true
+	stopErr := mgr.stop(time.Minute)
+	rep.LeftBehind = reapLeftovers(cfg.Socket)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(actErr, sampleErr, stopErr)
+}
+
+func (l *clientLoad) droppedFailures() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
+// unexplained counts the failures that no kill window covers: an error reply
+// is allowed only for a request aimed at a cluster killed before the reply
+// came, and sent before the cluster was routed again.
+func unexplained(fails []loadFailure, windows []killWindow) uint64 {
+	var n uint64
+	for _, f := range fails {
+		ok := false
+		for _, w := range windows {
+			if f.target == w.cluster && f.code == ipc.CodeUnavailable && !f.at.Before(w.from) && !f.sent.After(w.till) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// soakSampler reads the manager every SampleEvery until ctx is done.
+func soakSampler(ctx context.Context, o SoakOptions, pid int, admin string, start time.Time, rep *SoakReport) error {
+	t := time.NewTicker(o.SampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s := soakSample{AtS: time.Since(start).Seconds()}
+		m, err := scrapeMetrics(ctx, admin, "go_goroutines", "process_open_fds", "go_memstats_heap_inuse_bytes")
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("sample at %.0fs: %w", s.AtS, err)
+		}
+		s.Goroutines, s.OpenFDs, s.HeapKiB = m["go_goroutines"], m["process_open_fds"], m["go_memstats_heap_inuse_bytes"]/1024
+		fds, err := countFDs(pid)
+		if err != nil {
+			return err
+		}
+		rss, err := readRSS(pid)
+		if err != nil {
+			return err
+		}
+		s.FDs, s.RSSKiB = float64(fds), float64(rss)
+		rep.samples = append(rep.samples, s)
+		if len(rep.samples)%12 == 1 {
+			fmt.Fprintf(o.Progress, "soak: %4.0fs: %3.0f goroutines, %3.0f fds, RSS %.1f MiB, heap %.1f MiB\n",
+				s.AtS, s.Goroutines, s.FDs, s.RSSKiB/1024, s.HeapKiB/1024)
+		}
+	}
+}
+
+// soakActions kills a random cluster every KillEvery and deploys every
+// DeployEvery, one action at a time, until ctx is done. It returns the
+// windows in which the kills allow errors.
+func soakActions(ctx context.Context, o SoakOptions, ctl *ipc.Client, mgr *managerProc, start time.Time, rep *SoakReport) ([]killWindow, error) {
+	var windows []killWindow
+	nextKill, nextDeploy := never, never
+	if o.KillEvery > 0 {
+		nextKill = start.Add(o.KillEvery)
+	}
+	if o.DeployEvery > 0 {
+		nextDeploy = start.Add(o.DeployEvery)
+	}
+	for {
+		next := nextKill
+		if nextDeploy.Before(next) {
+			next = nextDeploy
+		}
+		if sleep(ctx, time.Until(next)) != nil {
+			return windows, nil
+		}
+		if !nextDeploy.After(time.Now()) {
+			nextDeploy = nextDeploy.Add(o.DeployEvery)
+			d, err := mgrDeploy(ctx, ctl, nil, o.DeployParallel, 2*time.Minute, 100*time.Millisecond)
+			if ctx.Err() != nil {
+				return windows, nil
+			}
+			rep.Deploys++
+			if err != nil {
+				rep.DeployErrors = append(rep.DeployErrors, err.Error())
+				fmt.Fprintf(o.Progress, "soak: %4.0fs: deploy: %v\n", time.Since(start).Seconds(), err)
+			} else {
+				fmt.Fprintf(o.Progress, "soak: %4.0fs: deploy %s: generation %d, %s in %.1fs\n",
+					time.Since(start).Seconds(), d.ID, d.Generation, d.State, d.Finished.Sub(d.Started).Seconds())
+			}
+			continue
+		}
+		nextKill = nextKill.Add(o.KillEvery)
+		w, err := soakKill(ctx, ctl, o.Clusters)
+		if ctx.Err() != nil {
+			if !w.from.IsZero() {
+				w.till = time.Now().Add(time.Hour) // the run ended inside it
+				windows = append(windows, w)
+			}
+			return windows, nil
+		}
+		if err != nil {
+			return windows, err
+		}
+		rep.Kills++
+		windows = append(windows, w)
+		took := w.till.Add(-killGrace).Sub(w.from).Seconds()
+		rep.KillRecoverMaxS = max(rep.KillRecoverMaxS, took)
+		fmt.Fprintf(o.Progress, "soak: %4.0fs: killed cluster %s, routed again after %.2fs\n", time.Since(start).Seconds(), w.cluster, took)
+	}
+}
+
+var never = time.Unix(1<<40, 0)
+
+// soakKill SIGKILLs a random cluster's process and waits until its
+// successor is routed.
+func soakKill(ctx context.Context, ctl *ipc.Client, clusters int) (killWindow, error) {
+	st, err := mgrStatus(ctx, ctl, 5*time.Second)
+	if err != nil {
+		return killWindow{}, err
+	}
+	c := rand.IntN(clusters)
+	pid := st.Clusters[c].PID
+	if pid <= 0 {
+		return killWindow{}, fmt.Errorf("cluster %d has no process to kill (%s)", c, st.Clusters[c].State)
+	}
+	w := killWindow{cluster: strconv.Itoa(c), from: time.Now()}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return killWindow{}, fmt.Errorf("kill cluster %d (pid %d): %w", c, pid, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return w, err
+		}
+		st, err := mgrStatus(ctx, ctl, 5*time.Second)
+		if err == nil {
+			cs := st.Clusters[c]
+			if cs.PID != pid && cs.PID > 0 && cs.Routed && cs.State == "ready" {
+				w.till = time.Now().Add(killGrace)
+				return w, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return w, fmt.Errorf("cluster %d not routed again within a minute of its kill", c)
+		}
+	}
+}
+
+// judge applies the growth rule to the samples.
+func (r *SoakReport) judge() {
+	col := func(f func(soakSample) float64) []float64 {
+		v := make([]float64, len(r.samples))
+		for i, s := range r.samples {
+			v[i] = f(s)
+		}
+		return v
+	}
+	iv := r.options.SampleEvery.Seconds()
+	r.Goroutines = judgeGrowth("goroutines", col(func(s soakSample) float64 { return s.Goroutines }), goroutineRule, iv)
+	r.FDs = judgeGrowth("fds", col(func(s soakSample) float64 { return s.FDs }), fdRule, iv)
+	r.RSS = judgeGrowth("rss_kib", col(func(s soakSample) float64 { return s.RSSKiB }), rssRule, iv)
+}
+
+func (r *SoakReport) writeSamples(path string) error {
+	var b strings.Builder
+	b.WriteString("at_s,goroutines,fds,open_fds,rss_kib,heap_inuse_kib\n")
+	for _, s := range r.samples {
+		fmt.Fprintf(&b, "%.1f,%g,%g,%g,%g,%.0f\n", s.AtS, s.Goroutines, s.FDs, s.OpenFDs, s.RSSKiB, s.HeapKiB)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// WriteText prints the report for people.
+func (r *SoakReport) WriteText(w io.Writer) {
+	o := r.options
+	fmt.Fprintf(w, "soak: %.0f s, %d clusters, load %d in flight%s; %d kills (routed again within %.2f s at most), %d deploys (max_parallel %d); %d CPUs (%s)\n\n",
+		r.DurationS, r.Clusters, r.InFlight, rateNote(r.Rate), r.Kills, r.KillRecoverMaxS, r.Deploys, o.DeployParallel, runtime.NumCPU(), cpuModel())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "resource\tsamples\tfirst\tmax\tQ2 median\tQ4 median\tlimit\tslope/min\tverdict\t")
+	for _, v := range []GrowthVerdict{r.Goroutines, r.FDs, r.RSS} {
+		verdict := "steady"
+		switch {
+		case v.Undecided:
+			verdict = "too few samples"
+		case v.Grew:
+			verdict = "GREW"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%g\t%g\t%g\t%g\t%.0f\t%+.2f\t%s\t\n", v.Metric, v.Samples, v.First, v.Max, v.Q2Median, v.Q4Median, v.Limit, v.SlopePerMin, verdict)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nload: %d sent, %d ok, %s failed (%d outside the kills' windows), %d lost, %d duplicates; %.0f req/s, p50 %.0f µs, p99 %.0f µs, max %.0f µs\n",
+		r.Sent, r.OK, errorsText(r.Books), r.Unexplained, r.Lost, r.Duplicates, r.ReqPerS, r.P50US, r.P99US, r.MaxUS)
+	if len(r.DeployErrors) > 0 {
+		fmt.Fprintf(w, "deploys that failed: %s\n", strings.Join(r.DeployErrors, "; "))
+	}
+	fmt.Fprintf(w, "cluster processes left after SIGTERM: %d\n", r.LeftBehind)
+}
+
+// WriteJSON prints the report as one JSON line.
+func (r *SoakReport) WriteJSON(w io.Writer) error { return json.NewEncoder(w).Encode(r) }
+
+func runSoakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := DefaultSoakOptions
+	fs := flag.NewFlagSet("sm-bench soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
+	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of the run")
+	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters (one shard each)")
+	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "load workers, one request in flight each")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "requests per second over all workers (0: closed-loop)")
+	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
+	fs.DurationVar(&o.SampleEvery, "sample-every", o.SampleEvery, "how often the manager is sampled")
+	fs.DurationVar(&o.KillEvery, "kill-every", o.KillEvery, "SIGKILL a random cluster this often (0: never)")
+	fs.DurationVar(&o.DeployEvery, "deploy-every", o.DeployEvery, "deploy every cluster this often (0: never)")
+	fs.IntVar(&o.DeployParallel, "deploy-parallel", o.DeployParallel, "the deploys' max_parallel")
+	fs.StringVar(&o.SamplesFile, "samples", "", "write every sample to this CSV file")
+	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("soak: unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+		return err
+	}
+	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+		return err
+	}
+	if !*quiet {
+		o.Progress = stderr
+	}
+	rep, err := Soak(ctx, o)
+	if rep.DurationS > 0 {
+		rep.WriteText(stdout)
+		fmt.Fprintln(stdout)
+		if jerr := rep.WriteJSON(stdout); err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if why := rep.Broken(); why != "" {
+		return fmt.Errorf("soak: %w: %s", ErrInvariant, why)
+	}
+	return nil
+}
