@@ -44,7 +44,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: sm-bench SCENARIO [flags]   (sm-bench SCENARIO -h for its flags)")
 		fmt.Fprintln(stderr, "\nscenarios:")
 		for _, s := range scenarios {
-			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
+			fmt.Fprintf(stderr, "  %-13s %s\n", s.name, s.summary)
 		}
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {

@@ -84,7 +84,7 @@ var peerAPIs = []string{"broadcastEval", "request"}
 // addPeerFlags adds the route scenario's peer flags to fs.
 func addPeerFlags(fs *flag.FlagSet, o *RouteOptions) {
 	fs.Var(&o.Peers, "peers", "also run "+peerName+"'s routed round trip (bench/peers; needs node) and print sm's ratio to it:\n"+
-		"true runs `npm ci` there first if node_modules is missing, false skips it (default: auto, when node and node_modules are there)")
+		"true runs npm ci there first if node_modules is missing, false skips it (default: auto, when node and node_modules are there)")
 	fs.StringVar(&o.PeersDir, "peers-dir", "", "the peer harness directory (default: bench/peers above the working directory or sm-bench)")
 }
 
