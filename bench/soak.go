@@ -325,8 +325,8 @@ func soakSampler(ctx context.Context, o SoakOptions, pid int, admin string, star
 		s := soakSample{AtS: time.Since(start).Seconds()}
 		m, err := scrapeMetrics(ctx, admin, "go_goroutines", "process_open_fds", "go_memstats_heap_inuse_bytes")
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if runOver(ctx) {
+				return nil // the scrape met the run's end
 			}
 			return fmt.Errorf("sample at %.0fs: %w", s.AtS, err)
 		}
@@ -346,6 +346,13 @@ func soakSampler(ctx context.Context, o SoakOptions, pid int, admin string, star
 				s.AtS, s.Goroutines, s.FDs, s.RSSKiB/1024, s.HeapKiB/1024)
 		}
 	}
+}
+
+// runOver reports whether ctx is done or past its deadline: a dial that
+// uses the deadline can fail on it a moment before ctx.Err says so.
+func runOver(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // soakActions kills a random cluster every KillEvery and deploys every
