@@ -40,6 +40,9 @@ func managerConfig(dir string, clusters int, clusterArgv []string) (*config.Conf
 	// The simulated bot has no real gateway: Discord's 5s between IDENTIFYs
 	// would only make 256 clusters take 20 minutes to start.
 	cfg.Discord.IdentifySpacing = config.Duration{Duration: time.Millisecond}
+	// No fixed ports: two benchmark managers (or one beside a real one) must
+	// not collide. Scenarios that want the page or metrics pick free ports.
+	cfg.Status.Listen, cfg.Admin.Listen = "", ""
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
