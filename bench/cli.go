@@ -164,3 +164,40 @@ func (l *intList) Set(v string) error {
 	*l = out
 	return nil
 }
+
+// findBinaries resolves the sm-manager and cluster-harness binaries a
+// scenario runs (flag values, else beside sm-bench).
+func findBinaries(managerBin, harnessBin *string) error {
+	var err error
+	if *managerBin, err = findBinary(*managerBin, "sm-manager"); err != nil {
+		return err
+	}
+	*harnessBin, err = findBinary(*harnessBin, "cluster-harness")
+	return err
+}
+
+// scenarioReport is what a scenario's report offers its command.
+type scenarioReport interface {
+	WriteText(w io.Writer)
+	WriteJSON(w io.Writer) error
+	Broken() string
+}
+
+// finishReport prints rep (if the scenario got far enough to have figures),
+// then turns the run's error or a broken invariant into the command's error.
+func finishReport(name string, stdout io.Writer, rep scenarioReport, hasFigures bool, err error) error {
+	if hasFigures {
+		rep.WriteText(stdout)
+		fmt.Fprintln(stdout)
+		if jerr := rep.WriteJSON(stdout); err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if why := rep.Broken(); why != "" {
+		return fmt.Errorf("%s: %w: %s", name, ErrInvariant, why)
+	}
+	return nil
+}

@@ -700,29 +700,12 @@ func runFeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		return fmt.Errorf("feed: unexpected argument %q", fs.Arg(0))
 	}
-	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
-		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
 		return err
 	}
 	if !*quiet {
 		o.Progress = stderr
 	}
 	rep, err := Feed(ctx, o)
-	if rep != nil && rep.WindowS > 0 {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if why := rep.Broken(); why != "" {
-		return fmt.Errorf("feed: %w: %s", ErrInvariant, why)
-	}
-	return nil
+	return finishReport("feed", stdout, rep, rep != nil && rep.WindowS > 0, err)
 }

@@ -503,29 +503,12 @@ func runManagerKillCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	if fs.NArg() > 0 {
 		return fmt.Errorf("manager-kill: unexpected argument %q", fs.Arg(0))
 	}
-	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
-		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
 		return err
 	}
 	if !*quiet {
 		o.Progress = stderr
 	}
 	rep, err := ManagerKill(ctx, o)
-	if len(rep.Kills) > 0 {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if why := rep.Broken(); why != "" {
-		return fmt.Errorf("manager-kill: %w: %s", ErrInvariant, why)
-	}
-	return nil
+	return finishReport("manager-kill", stdout, rep, len(rep.Kills) > 0, err)
 }

@@ -436,29 +436,12 @@ func runScaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() > 0 {
 		return fmt.Errorf("scale: unexpected argument %q", fs.Arg(0))
 	}
-	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
-		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
+	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
 		return err
 	}
 	if !*quiet {
 		o.Progress = stderr
 	}
 	rep, err := Scale(ctx, o)
-	if rep.StartS > 0 {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if why := rep.Broken(); why != "" {
-		return fmt.Errorf("scale: %w: %s", ErrInvariant, why)
-	}
-	return nil
+	return finishReport("scale", stdout, rep, rep.StartS > 0, err)
 }
