@@ -95,21 +95,28 @@ func (s *ResumeStore) maxAge() time.Duration {
 func (s *ResumeStore) Update(states []ResumeState, now time.Time) error {
 	var errs []error
 	for _, st := range states {
-		if err := st.Validate(); err != nil {
+		if err := s.put(st, now); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if s.m == nil {
-			s.m = map[int]ResumeState{}
-		}
-		if old, ok := s.m[st.Shard]; ok && old.SessionID == st.SessionID {
-			st.Seq = max(st.Seq, old.Seq)
-		}
-		st.UpdatedAt = now
-		s.m[st.Shard] = st
-		s.version++
 	}
 	return errors.Join(errs...)
+}
+
+// put validates st and records it as of now: Update's step for one entry.
+func (s *ResumeStore) put(st ResumeState, now time.Time) error {
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	if s.m == nil {
+		s.m = map[int]ResumeState{}
+	}
+	if old, ok := s.m[st.Shard]; ok && old.SessionID == st.SessionID {
+		st.Seq = max(st.Seq, old.Seq)
+	}
+	st.UpdatedAt = now
+	s.m[st.Shard] = st
+	s.version++
+	return nil
 }
 
 // Get returns the fresh entries for shards first..last (inclusive), by shard:

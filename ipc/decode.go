@@ -2,7 +2,8 @@ package ipc
 
 import (
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/sm-supervisor/sm/internal/jsonscan"
 )
 
 // decodeFast decodes the frames peers send in practice — lower-case keys of
@@ -14,24 +15,24 @@ import (
 // ran. It exists because encoding/json was half of the manager's CPU under
 // load (docs/performance.md); FuzzDecodeFast checks it against json.Unmarshal.
 func decodeFast(b []byte) (f *Frame, ok bool) {
-	s := scanner{b: b}
-	s.ws()
-	if !s.eat('{') {
+	s := jsonscan.New(b)
+	s.WS()
+	if !s.Eat('{') {
 		return nil, false
 	}
 	f = new(Frame)
 	var seen uint32
 	for {
-		s.ws()
-		key, ok := s.plainString()
+		s.WS()
+		key, ok := s.PlainString()
 		if !ok {
 			return nil, false
 		}
-		s.ws()
-		if !s.eat(':') {
+		s.WS()
+		if !s.Eat(':') {
 			return nil, false
 		}
-		s.ws()
+		s.WS()
 		key2 := fastKey(key)
 		if key2 == 0 || seen&key2 != 0 {
 			return nil, false // unknown, case-folded or repeated: encoding/json's rules apply
@@ -39,65 +40,65 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 		seen |= key2
 		switch key2 {
 		case keyOp:
-			f.Op, ok = s.opValue()
+			f.Op, ok = opValue(&s)
 		case keyID:
-			f.ID, ok = s.stringValue()
+			f.ID, ok = s.StringValue()
 		case keyTarget:
-			f.Target, ok = s.stringValue()
+			f.Target, ok = s.StringValue()
 		case keyRole:
-			f.Role, ok = s.stringValue()
+			f.Role, ok = s.StringValue()
 		case keyName:
-			f.Name, ok = s.stringValue()
+			f.Name, ok = s.StringValue()
 		case keyToken:
-			f.Token, ok = s.stringValue()
+			f.Token, ok = s.StringValue()
 		case keyPayload:
-			f.Payload, ok = s.rawValue()
+			f.Payload, ok = s.RawValue()
 		case keyResume:
-			f.Resume, ok = s.rawValue()
+			f.Resume, ok = s.RawValue()
 		case keyTimeoutMS:
-			f.TimeoutMS, ok = s.integer(64)
+			f.TimeoutMS, ok = s.Integer(64)
 		case keyCluster:
 			var v int64
-			if v, ok = s.integer(strconv.IntSize); ok {
+			if v, ok = s.Integer(strconv.IntSize); ok {
 				f.Cluster = Int(int(v))
 			}
 		case keyGeneration:
 			var v int64
-			if v, ok = s.integer(64); ok {
+			if v, ok = s.Integer(64); ok {
 				f.Generation = Int64(v)
 			}
 		case keyPID:
 			var v int64
-			v, ok = s.integer(strconv.IntSize)
+			v, ok = s.Integer(strconv.IntSize)
 			f.PID = int(v)
 		case keyMaxParallel:
 			var v int64
-			v, ok = s.integer(strconv.IntSize)
+			v, ok = s.Integer(strconv.IntSize)
 			f.MaxParallel = int(v)
 		case keyShard:
 			var v int64
-			if v, ok = s.integer(strconv.IntSize); ok {
+			if v, ok = s.Integer(strconv.IntSize); ok {
 				f.Shard = Int(int(v))
 			}
 		case keyReady:
 			var v bool
-			if v, ok = s.boolean(); ok {
+			if v, ok = s.Bool(); ok {
 				f.Ready = Bool(v)
 			}
 		}
 		if !ok {
 			return nil, false
 		}
-		s.ws()
-		if s.eat('}') {
+		s.WS()
+		if s.Eat('}') {
 			break
 		}
-		if !s.eat(',') {
+		if !s.Eat(',') {
 			return nil, false
 		}
 	}
-	s.ws()
-	return f, s.i == len(b)
+	s.WS()
+	return f, s.Done()
 }
 
 // The keys decodeFast handles, each a bit so that a repeat is spotted.
@@ -157,96 +158,11 @@ func fastKey(key []byte) uint32 {
 	return 0
 }
 
-// maxFastDepth bounds the nesting decodeFast follows; deeper payloads take
-// encoding/json's path, which has its own limit.
-const maxFastDepth = 64
-
-type scanner struct {
-	b []byte
-	i int
-}
-
-func (s *scanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *scanner) eat(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// ws skips JSON whitespace.
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// plainString reads a string with no escapes, returning its bytes unconverted.
-func (s *scanner) plainString() ([]byte, bool) {
-	if !s.eat('"') {
-		return nil, false
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case plain[c]:
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		s.i++
-	}
-	return nil, false
-}
-
-// stringValue reads a string value with no escapes. Invalid UTF-8, which
-// encoding/json would replace with U+FFFD, is left to it.
-func (s *scanner) stringValue() (string, bool) {
-	b, ok := s.plainString()
-	if !ok {
-		return "", false
-	}
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			if !utf8.Valid(b) {
-				return "", false
-			}
-			break
-		}
-	}
-	return string(b), true
-}
-
-// rawValue reads any JSON value but null, as a json.RawMessage would hold it
-// (null is left to encoding/json, which has its own rule for it).
-func (s *scanner) rawValue() ([]byte, bool) {
-	start := s.i
-	if s.peek() == 'n' || !s.value(0) {
-		return nil, false
-	}
-	return append([]byte(nil), s.b[start:s.i]...), true
-}
-
-// opValue is stringValue for the op, sparing the protocol's own ops an
+// opValue is StringValue for the op, sparing the protocol's own ops an
 // allocation: they are most of the frames.
-func (s *scanner) opValue() (string, bool) {
-	start := s.i
-	b, ok := s.plainString()
+func opValue(s *jsonscan.Scanner) (string, bool) {
+	start := s.Pos()
+	b, ok := s.PlainString()
 	if !ok {
 		return "", false
 	}
@@ -264,194 +180,6 @@ func (s *scanner) opValue() (string, bool) {
 	case OpQuiesced:
 		return OpQuiesced, true
 	}
-	s.i = start
-	return s.stringValue()
-}
-
-// integer reads a JSON number that is a plain integer fitting in bits.
-func (s *scanner) integer(bits int) (int64, bool) {
-	start := s.i
-	s.eat('-')
-	if !s.digits() {
-		return 0, false
-	}
-	if c := s.peek(); c == '.' || c == 'e' || c == 'E' {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
-	return v, err == nil
-}
-
-func (s *scanner) boolean() (bool, bool) {
-	switch {
-	case s.literal("true"):
-		return true, true
-	case s.literal("false"):
-		return false, true
-	}
-	return false, false
-}
-
-func (s *scanner) literal(word string) bool {
-	if len(s.b)-s.i >= len(word) && string(s.b[s.i:s.i+len(word)]) == word {
-		s.i += len(word)
-		return true
-	}
-	return false
-}
-
-// digits reads the integer part of a JSON number: 0, or a non-zero digit and
-// any more digits.
-func (s *scanner) digits() bool {
-	if s.eat('0') {
-		return true
-	}
-	if c := s.peek(); c < '1' || c > '9' {
-		return false
-	}
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-	}
-	return true
-}
-
-// value skips over one JSON value, reporting whether it is valid JSON.
-func (s *scanner) value(depth int) bool {
-	switch c := s.peek(); {
-	case c == '{':
-		return s.container(depth, '}', true)
-	case c == '[':
-		return s.container(depth, ']', false)
-	case c == '"':
-		return s.anyString()
-	case c == '-' || c >= '0' && c <= '9':
-		return s.number()
-	case c == 't':
-		return s.literal("true")
-	case c == 'f':
-		return s.literal("false")
-	case c == 'n':
-		return s.literal("null")
-	}
-	return false
-}
-
-// container skips an object (keyed) or an array, from its opening bracket.
-func (s *scanner) container(depth int, end byte, keyed bool) bool {
-	if depth >= maxFastDepth {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.eat(end) {
-		return true
-	}
-	for {
-		if keyed {
-			if !s.anyString() {
-				return false
-			}
-			s.ws()
-			if !s.eat(':') {
-				return false
-			}
-			s.ws()
-		}
-		if !s.value(depth + 1) {
-			return false
-		}
-		s.ws()
-		if s.eat(end) {
-			return true
-		}
-		if !s.eat(',') {
-			return false
-		}
-		s.ws()
-	}
-}
-
-// anyString skips a string, escapes included, as encoding/json's scanner
-// accepts it: no control characters, only JSON's escapes; bytes above ASCII
-// pass as they are.
-func (s *scanner) anyString() bool {
-	if !s.eat('"') {
-		return false
-	}
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		s.i++
-		if plain[c] {
-			continue
-		}
-		switch {
-		case c == '"':
-			return true
-		case c < 0x20:
-			return false
-		case c == '\\':
-			if s.i >= len(s.b) {
-				return false
-			}
-			e := s.b[s.i]
-			s.i++
-			switch e {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(s.b)-s.i < 4 {
-					return false
-				}
-				for _, h := range s.b[s.i : s.i+4] {
-					if !isHex(h) {
-						return false
-					}
-				}
-				s.i += 4
-			default:
-				return false
-			}
-		}
-	}
-	return false
-}
-
-// plain marks the bytes that stand for themselves inside a JSON string: all
-// but the quote, the backslash and control characters.
-var plain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// number skips a JSON number: -?int(.digits)?([eE][+-]?digits)?
-func (s *scanner) number() bool {
-	s.eat('-')
-	if !s.digits() {
-		return false
-	}
-	if s.eat('.') && !s.someDigits() {
-		return false
-	}
-	if s.eat('e') || s.eat('E') {
-		if !s.eat('+') {
-			s.eat('-')
-		}
-		if !s.someDigits() {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *scanner) someDigits() bool {
-	start := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-	}
-	return s.i > start
+	s.Seek(start)
+	return s.StringValue()
 }

@@ -114,6 +114,8 @@ type proc struct {
 	// a process busy answering a flood is alive even if its heartbeat is
 	// queued behind its replies.
 	seen atomic.Int64
+	// beats is what its heartbeats left for the loop (heartbeat.go).
+	beats beatBox
 
 	sendMu     sync.RWMutex // held (read) by every send to the process
 	sendClosed bool         // QUIESCE sent: requests go elsewhere
@@ -148,14 +150,6 @@ type evRegister struct {
 type registerResult struct {
 	payload json.RawMessage
 	err     *ipc.Error
-}
-
-type evHeartbeat struct {
-	p       *proc
-	ready   bool
-	payload json.RawMessage
-	resume  json.RawMessage
-	at      time.Time
 }
 
 type evQuiesced struct {
@@ -302,33 +296,6 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 	return registerResult{payload: payload}
 }
 
-func (e evHeartbeat) apply(m *Manager) {
-	p := e.p
-	if p.state >= procStopping {
-		return
-	}
-	p.lastBeat = e.at
-	p.beat = e.payload
-	m.takeResume(p, e.resume, e.at)
-	m.publishHeartbeat(p, e.ready, e.payload, e.at)
-	if e.ready && p.state == procRegistered {
-		p.state = procReady
-		p.readyAt = e.at
-		m.touch(p.slot)
-		m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after", e.at.Sub(p.spawned).Round(time.Millisecond))
-		m.becameReady(p)
-		if m.dep != nil {
-			m.dep.Ready(p.ref())
-			m.depFed = true
-		}
-	}
-	s := p.slot
-	if p.state == procReady && s.current == p && m.policy.Recovered(&s.hist, p.spawned, e.at) {
-		m.touch(s)
-		m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
-	}
-}
-
 // becameReady routes a ready process that is its slot's current one and, at
 // first start or after a restart, ACTIVATEs it.
 func (m *Manager) becameReady(p *proc) {
@@ -382,6 +349,7 @@ func (m *Manager) setRoute(s *slot, p *proc) {
 }
 
 func (e evQuiesced) apply(m *Manager) {
+	m.drainBeat(e.p) // its last heartbeats' resume state first
 	m.takeResume(e.p, e.resume, time.Now())
 	if !e.p.quiesced {
 		e.p.quiesced = true
@@ -400,6 +368,7 @@ func (e evDisconnect) apply(m *Manager) {
 	if p.conn.Load() != e.c {
 		return
 	}
+	m.drainBeat(p) // what it said before it went
 	p.conn.Store(nil)
 	m.unroute(p)
 	m.cancelIdentifies(p)
@@ -454,6 +423,7 @@ func (m *Manager) routedNow(p *proc) bool {
 
 func (e evExit) apply(m *Manager) {
 	p := e.p
+	m.drainBeat(p) // what it said before it died
 	wasStopping := p.state >= procQuiescing
 	p.state = procExited
 	delete(m.procs, p.seq)

@@ -212,7 +212,7 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 			c.replyErr(f.ID, ipc.CodeForbidden, "HEARTBEAT is for cluster connections")
 			return
 		}
-		m.post(evHeartbeat{p: c.proc, ready: f.Ready != nil && *f.Ready, payload: f.Payload, resume: f.Resume, at: time.Now()})
+		m.heartbeat(c.proc, f, time.Now())
 		c.reply(f.ID, nil)
 	case ipc.OpQuiesced:
 		if c.proc == nil {

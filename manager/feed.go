@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -59,6 +60,7 @@ type hub struct {
 	mu   sync.Mutex
 	subs map[*Subscription]struct{}
 	max  int
+	n    atomic.Int32 // len(subs), for readers that must not take mu
 }
 
 func (h *hub) add(buf int) (*Subscription, bool) {
@@ -70,12 +72,14 @@ func (h *hub) add(buf int) (*Subscription, bool) {
 	c := make(chan []byte, buf)
 	s := &Subscription{C: c, c: c, hub: h}
 	h.subs[s] = struct{}{}
+	h.n.Store(int32(len(h.subs)))
 	return s, true
 }
 
 func (h *hub) remove(s *Subscription, dropped bool) {
 	h.mu.Lock()
 	delete(h.subs, s)
+	h.n.Store(int32(len(h.subs)))
 	h.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,11 +108,7 @@ func (h *hub) publish(msg []byte) {
 	}
 }
 
-func (h *hub) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs)
-}
+func (h *hub) count() int { return int(h.n.Load()) }
 
 func (h *hub) closeAll() {
 	h.mu.Lock()
@@ -173,6 +173,7 @@ func (m *Manager) Subscribe(buf int) (*Subscription, error) {
 func (m *Manager) Subscribers() int { return m.feed.count() }
 
 func (m *Manager) snapshotEvent(typ string) []byte {
+	m.drainBeats()
 	b, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Status Status `json:"status"`

@@ -226,19 +226,8 @@ func (m *Manager) takeResume(p *proc, raw json.RawMessage, now time.Time) {
 	if len(raw) == 0 || !m.reportsResume(p) {
 		return
 	}
-	var states []discord.ResumeState
-	if err := json.Unmarshal(raw, &states); err != nil {
-		m.log.Debug("unreadable resume state", "cluster", p.cluster, "err", err)
-		return
-	}
-	mine := states[:0]
-	for _, st := range states {
-		if st.Shard >= p.slot.first && st.Shard <= p.slot.last {
-			mine = append(mine, st)
-		}
-	}
-	if err := m.disc.resume.Update(mine, now); err != nil {
-		m.log.Debug("resume state partly refused", "cluster", p.cluster, "err", err)
+	if err := m.disc.resume.UpdateJSON(raw, p.slot.first, p.slot.last, now); err != nil {
+		m.log.Debug("resume state refused", "cluster", p.cluster, "err", err)
 	}
 }
 

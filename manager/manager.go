@@ -254,8 +254,10 @@ func (m *Manager) loop(ctx context.Context) {
 	for {
 		select {
 		case ev := <-m.events:
+			m.metrics.loopEvents.Inc()
 			ev.apply(m)
 		case now := <-tick.C:
+			m.drainBeats()
 			m.checkHeartbeats(now)
 			if m.dep != nil && !m.dep.Done() {
 				m.dep.Tick()

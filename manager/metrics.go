@@ -21,6 +21,7 @@ type metrics struct {
 
 	identifyGranted prometheus.Counter
 	identifyRefused prometheus.Counter
+	loopEvents      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -60,9 +61,13 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		Name: "sm_identify_refused_total",
 		Help: "IDENTIFYs refused by the session-start budget governor.",
 	})
+	mt.loopEvents = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sm_loop_events_total",
+		Help: "Events the manager's event loop handled; a steady cluster's heartbeats are not events.",
+	})
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
-			mt.identifyGranted, mt.identifyRefused, collector{m})
+			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, collector{m})
 	}
 	return mt
 }

@@ -45,7 +45,10 @@ type ClusterStatus struct {
 
 type evStatus struct{ res chan Status }
 
-func (e evStatus) apply(m *Manager) { e.res <- m.snapshot(time.Now()) }
+func (e evStatus) apply(m *Manager) {
+	m.drainBeats()
+	e.res <- m.snapshot(time.Now())
+}
 
 // Status returns a snapshot taken by the event loop.
 func (m *Manager) Status(ctx context.Context) (Status, error) {
