@@ -71,6 +71,7 @@ type Manager struct {
 
 	pmu     sync.Mutex
 	pending map[uint64]*pending
+	dl      deadlines // forwarded requests' deadlines, oldest first (deadline.go)
 
 	cmu      sync.Mutex
 	conns    map[*conn]struct{}

@@ -45,12 +45,20 @@ type pending struct {
 	origID string
 	f      *ipc.Frame           // the request (op, target, payload)
 	to     atomic.Pointer[proc] // set once forwarded
-	timer  *time.Timer
-	bc     *broadcast
-	bcIdx  int                 // the cluster, for a part of a broadcast
-	topo   generation.Topology // the topology bcIdx is of
-	done   atomic.Bool
-	queued time.Time
+	// deadline is when the request fails. With the default timeout it is
+	// timed by the shared deadline list (deadline.go) once forwarded; else,
+	// or while it waits for its cluster, by timer.
+	deadline time.Time
+	shared   bool // has the default timeout: the list may time it
+	timer    *time.Timer
+	// The deadline list's links, guarded by Manager.pmu.
+	listed     bool
+	prev, next *pending
+	bc         *broadcast
+	bcIdx      int                 // the cluster, for a part of a broadcast
+	topo       generation.Topology // the topology bcIdx is of
+	done       atomic.Bool
+	queued     time.Time
 	// batch is the forwarding reader's (conn.out) while forward runs on its
 	// goroutine, so the request leaves with the others read with it; nil once
 	// the request waits, since it then leaves from another goroutine.
@@ -115,8 +123,13 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 		m.broadcast(from, f, table, timeout)
 		return
 	}
-	p := &pending{from: from, origID: f.ID, f: f, queued: time.Now(), batch: &from.out}
-	m.arm(p, timeout)
+	now := time.Now()
+	p := &pending{from: from, origID: f.ID, f: f, queued: now, batch: &from.out, deadline: now.Add(timeout)}
+	if timeout == m.cfg.Requests.Timeout.Duration {
+		p.shared = true // timed from the deadline list once forwarded
+	} else {
+		m.arm(p)
+	}
 	m.dispatch(table, cluster, p)
 }
 
@@ -140,9 +153,9 @@ func (m *Manager) redispatch(p *pending) {
 	m.dispatch(table, cluster, p)
 }
 
-// arm starts p's deadline.
-func (m *Manager) arm(p *pending, timeout time.Duration) {
-	p.timer = time.AfterFunc(timeout, func() { m.expire(p) })
+// arm starts a timer of p's own for its deadline.
+func (m *Manager) arm(p *pending) {
+	p.timer = time.AfterFunc(time.Until(p.deadline), func() { m.expire(p) })
 }
 
 // dispatch sends p to cluster's routed process or, while it has none, queues
@@ -171,6 +184,9 @@ func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
 		return
 	}
 	p.batch = nil
+	if p.timer == nil {
+		m.arm(p) // the list only times forwarded requests
+	}
 	s.waiting = append(s.waiting, p)
 	s.mu.Unlock()
 }
@@ -200,6 +216,9 @@ func (m *Manager) send(pr *proc, p *pending) {
 		p.to.Store(pr)
 		p.mid.Store(mid)
 		m.pending[mid] = p
+		if p.shared && p.timer == nil {
+			m.pushDeadline(p)
+		}
 		m.pmu.Unlock()
 		if p.done.Load() {
 			m.forget(p) // the deadline passed while we were registering it
@@ -237,7 +256,7 @@ func (m *Manager) forget(p *pending) {
 	}
 	m.pmu.Lock()
 	if m.pending[mid] == p {
-		delete(m.pending, mid)
+		m.unpend(mid, p)
 	}
 	m.pmu.Unlock()
 }
@@ -251,7 +270,7 @@ func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 		p = m.pending[mid]
 		// Only the process the request went to may answer it.
 		if p != nil && p.to.Load() == c.proc {
-			delete(m.pending, mid)
+			m.unpend(mid, p)
 		} else {
 			p = nil
 		}
@@ -328,7 +347,7 @@ func (m *Manager) failProcPending(pr *proc) {
 	m.pmu.Lock()
 	for id, p := range m.pending {
 		if p.to.Load() == pr {
-			delete(m.pending, id)
+			m.unpend(id, p)
 			lost = append(lost, p)
 		}
 	}
@@ -344,6 +363,7 @@ func (m *Manager) failAllPending() {
 	m.pmu.Lock()
 	all := m.pending
 	m.pending = make(map[uint64]*pending)
+	m.clearDeadlines()
 	m.pmu.Unlock()
 	for _, p := range all {
 		m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))
@@ -366,14 +386,15 @@ func (m *Manager) broadcast(from *conn, f *ipc.Frame, table *routeTable, timeout
 	n := len(table.procs)
 	bc := &broadcast{from: from, origID: f.ID, results: make([]bcResult, n), left: n}
 	for i, pr := range table.procs {
-		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, topo: table.topo, queued: time.Now()}
+		now := time.Now()
+		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, topo: table.topo, queued: now, deadline: now.Add(timeout)}
 		bc.results[i].cluster = i
 		if !pr.usable() {
 			p.done.Store(true)
 			bc.set(i, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i))
 			continue
 		}
-		m.arm(p, timeout)
+		m.arm(p)
 		m.send(pr, p)
 	}
 }

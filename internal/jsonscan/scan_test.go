@@ -3,6 +3,7 @@ package jsonscan_test
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sm-supervisor/sm/internal/jsonscan"
@@ -90,5 +91,25 @@ func TestScalars(t *testing.T) {
 	s.WS()
 	if _, ok := s.Bool(); ok {
 		t.Error("Bool(x) accepted")
+	}
+}
+
+// BenchmarkValue skips a 200-byte payload, the size sm-bench route sends:
+// one long string, and an object of short fields.
+func BenchmarkValue(b *testing.B) {
+	for name, in := range map[string]string{
+		"string": `"` + strings.Repeat("abcdefghij", 20) + `"`,
+		"object": `{"guild":"123456789012345678","user":"876543210987654321","op":"ping","n":42,"tags":["a","b","c"],"text":"hello, world — ünïcode","ok":true,"nested":{"x":1.5,"y":-2e3}}`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			buf := []byte(in)
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				s := jsonscan.New(buf)
+				if !s.Value(0) || !s.Done() {
+					b.Fatal("refused")
+				}
+			}
+		})
 	}
 }

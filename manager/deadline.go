@@ -1,0 +1,117 @@
+package manager
+
+import "time"
+
+// Request deadlines. Arming a runtime timer for every forwarded request (and
+// stopping it at the reply) was a tenth of the manager's CPU on the routed
+// path (docs/performance.md). Nearly every request has the same timeout
+// (requests.timeout), so their deadlines fall in the order they were sent:
+// they go on one intrusive list, oldest first, under the pending table's
+// lock, and one timer watches the oldest. A reply unlinks its request in the
+// same critical section that removes it from the table; the timer fires about
+// once per timeout under steady load, finds the requests that are due at the
+// head, and re-arms for the next. What does not fit — a shorter timeout_ms,
+// a request waiting for its cluster — keeps a timer of its own (pending.timer).
+//
+// Requests are linked in send order, and their deadlines were computed a
+// moment earlier (at arrival), so neighbours can be out of order by the time
+// between arrival and send: a request can time out that much late.
+
+// deadlines is the list of forwarded requests timed by the shared timer. All
+// of it is guarded by Manager.pmu.
+type deadlines struct {
+	head, tail *pending
+	timer      *time.Timer
+	armed      bool
+}
+
+// push links p, forwarded with the default timeout, at the tail and arms the
+// timer if it is idle. Called with pmu held.
+func (m *Manager) pushDeadline(p *pending) {
+	l := &m.dl
+	p.listed = true
+	p.prev, p.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = p
+	} else {
+		l.head = p
+	}
+	l.tail = p
+	if !l.armed {
+		l.armed = true
+		d := time.Until(l.head.deadline)
+		if l.timer == nil {
+			l.timer = time.AfterFunc(d, m.sweepDeadlines)
+		} else {
+			l.timer.Reset(d)
+		}
+	}
+}
+
+// unlinkDeadline takes p off the list if it is on it. Called with pmu held.
+func (m *Manager) unlinkDeadline(p *pending) {
+	if !p.listed {
+		return
+	}
+	l := &m.dl
+	p.listed = false
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		l.head = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		l.tail = p.prev
+	}
+	p.prev, p.next = nil, nil
+}
+
+// unpend removes p (forwarded as mid) from the pending table and the
+// deadline list. Called with pmu held.
+func (m *Manager) unpend(mid uint64, p *pending) {
+	delete(m.pending, mid)
+	m.unlinkDeadline(p)
+}
+
+// sweepDeadlines is the shared timer: it expires the requests at the head
+// whose deadline has passed and re-arms for the next.
+func (m *Manager) sweepDeadlines() {
+	now := time.Now()
+	var due []*pending
+	m.pmu.Lock()
+	l := &m.dl
+	for p := l.head; p != nil && !p.deadline.After(now); p = l.head {
+		if mid := p.mid.Load(); m.pending[mid] == p {
+			delete(m.pending, mid)
+		}
+		m.unlinkDeadline(p)
+		due = append(due, p)
+	}
+	if l.head != nil {
+		l.timer.Reset(l.head.deadline.Sub(now))
+	} else {
+		l.armed = false
+	}
+	m.pmu.Unlock()
+	for _, p := range due {
+		m.expire(p)
+	}
+}
+
+// clearDeadlines drops the whole list (every pending request is being
+// failed) and stops the timer. Called with pmu held.
+func (m *Manager) clearDeadlines() {
+	l := &m.dl
+	for p := l.head; p != nil; {
+		next := p.next
+		p.listed, p.prev, p.next = false, nil, nil
+		p = next
+	}
+	l.head, l.tail = nil, nil
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.armed = false
+}
