@@ -140,8 +140,11 @@ type subscribeResult struct {
 }
 
 // apply registers the subscriber and queues the snapshot as its first event,
-// on the loop, so no event falls between the two.
+// on the loop, so no event falls between the two. The heartbeats not yet taken
+// are taken first: their events go to the existing subscribers, and the
+// snapshot includes them.
 func (e evSubscribe) apply(m *Manager) {
+	m.drainBeats()
 	sub, ok := m.feed.add(e.buf)
 	if !ok {
 		e.res <- subscribeResult{err: ErrTooManySubscribers}
@@ -173,7 +176,6 @@ func (m *Manager) Subscribe(buf int) (*Subscription, error) {
 func (m *Manager) Subscribers() int { return m.feed.count() }
 
 func (m *Manager) snapshotEvent(typ string) []byte {
-	m.drainBeats()
 	b, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Status Status `json:"status"`

@@ -1,8 +1,11 @@
 package manager_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/sm-supervisor/sm/manager"
 )
 
 // A steady cluster's heartbeats do not wake the event loop: the loop takes
@@ -29,5 +32,28 @@ func TestSteadyHeartbeatsDoNotWakeTheLoop(t *testing.T) {
 		if len(cs.Heartbeat) == 0 {
 			t.Errorf("cluster %d: no heartbeat payload in STATUS", cs.ID)
 		}
+	}
+}
+
+// A subscriber's first event is the snapshot even while heartbeats wait in
+// their boxes: taking them on subscribe must not send their events ahead of it.
+func TestSubscribeSnapshotFirstWithPendingHeartbeats(t *testing.T) {
+	e := start(t, testConfig(t))
+	e.waitAllReady()
+	time.Sleep(200 * time.Millisecond) // steady: heartbeats wait for the tick
+	for i := range 40 {
+		sub, err := e.m.Subscribe(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := <-sub.C
+		sub.Cancel()
+		var ev struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(first, &ev); err != nil || ev.Type != manager.EventSnapshot {
+			t.Fatalf("subscription %d: first event %.80s, want a snapshot", i, first)
+		}
+		time.Sleep(time.Duration(i%7) * time.Millisecond)
 	}
 }
