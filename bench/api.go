@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -22,9 +21,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
-	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -61,30 +57,16 @@ var DefaultAPIOptions = APIOptions{
 
 func (o APIOptions) withDefaults() APIOptions {
 	d := DefaultAPIOptions
-	if o.Clusters <= 0 {
-		o.Clusters = d.Clusters
-	}
+	orDefault(&o.Clusters, d.Clusters)
 	if len(o.Concurrency) == 0 {
 		o.Concurrency = d.Concurrency
 	}
-	if o.Rounds <= 0 {
-		o.Rounds = d.Rounds
-	}
-	if o.PayloadBytes <= 0 {
-		o.PayloadBytes = d.PayloadBytes
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.Duration <= 0 {
-		o.Duration = d.Duration
-	}
-	if o.Drain <= 0 {
-		o.Drain = d.Drain
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.Rounds, d.Rounds)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.Drain, d.Drain)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -155,6 +137,13 @@ func (r *APIReport) Books() Books {
 	return b
 }
 
+// Broken describes the invariants the cases broke together ("" when none):
+// see Books.Broken.
+func (r *APIReport) Broken() string {
+	b := r.Books()
+	return b.Broken()
+}
+
 // Summaries gives the medians at each concurrency.
 func (r *APIReport) Summaries() []APISummary {
 	var out []APISummary
@@ -191,8 +180,7 @@ func (r *APIReport) Summaries() []APISummary {
 
 // apiSetup is what the api scenario's cases run against.
 type apiSetup struct {
-	manager  *managerProc
-	client   *pipe
+	manager  *attachedManager
 	api      *child
 	apiAddr  string
 	token    string
@@ -208,24 +196,16 @@ func API(ctx context.Context, o APIOptions) (rep *APIReport, err error) {
 	if o.ManagerBin == "" || o.HarnessBin == "" || o.APIBin == "" {
 		return nil, errors.New("api: need the sm-manager, cluster-harness and sm-api binaries")
 	}
-	dir, err := os.MkdirTemp("", "sm-bench-api-")
+	sc, err := newScratch("sm-bench-api-", "api.log", "")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logw, err := os.Create(filepath.Join(dir, "api.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
+	defer func() { err = sc.close(err) }()
 	rep = &APIReport{Options: o}
 
 	var s apiSetup
 	defer func() { err = errors.Join(err, s.stop()) }()
-	if err := s.start(ctx, o, dir, logw); err != nil {
+	if err := s.start(ctx, o, sc.dir, sc.log); err != nil {
 		return rep, err
 	}
 
@@ -262,23 +242,18 @@ func API(ctx context.Context, o APIOptions) (rep *APIReport, err error) {
 // start starts the manager, waits for every cluster, then starts sm-api
 // with a fresh token and waits until it answers for every cluster.
 func (s *apiSetup) start(ctx context.Context, o APIOptions, dir string, logw io.Writer) error {
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
-	cfg, err := managerConfig(dir, o.Clusters, harnessArgv)
+	cfg, err := managerConfig(dir, o.Clusters, simHarness(o.HarnessBin))
 	if err != nil {
 		return err
 	}
-	cfg.Status.Listen, cfg.Admin.Listen = "", ""
 	fmt.Fprintf(o.Progress, "api: starting sm-manager with %d clusters\n", o.Clusters)
-	if s.manager, err = startManager(o.ManagerBin, dir, cfg, logw); err != nil {
+	if s.manager, err = startAttached(ctx, o.ManagerBin, dir, cfg, logw); err != nil {
 		return err
 	}
-	if s.client, err = s.manager.dial(ctx, "sm-bench"); err != nil {
+	if _, err := s.manager.ready(ctx, ipc.TargetAll, readyTimeout(o.Clusters)); err != nil {
 		return err
 	}
-	if _, err := s.manager.waitReady(ctx, s.client, ipc.TargetAll, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond); err != nil {
-		return err
-	}
-	pongs, err := s.manager.waitReady(ctx, s.client, "0", startTimeout)
+	pongs, err := s.manager.ready(ctx, "0", startTimeout)
 	if err != nil {
 		return err
 	}
@@ -293,7 +268,7 @@ func (s *apiSetup) start(ctx context.Context, o APIOptions, dir string, logw io.
 	if err := os.WriteFile(tokenFile, []byte(s.token+"\n"), 0o600); err != nil {
 		return err
 	}
-	if s.apiAddr, err = pickLoopbackAddr(); err != nil {
+	if s.apiAddr, err = freeLoopbackAddr(); err != nil {
 		return err
 	}
 	apiCfg := *cfg
@@ -310,18 +285,6 @@ func (s *apiSetup) start(ctx context.Context, o APIOptions, dir string, logw io.
 		return err
 	}
 	return s.waitAPI(ctx, o.Clusters)
-}
-
-func writeTOML(path string, cfg *config.Config) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	err = toml.NewEncoder(f).Encode(cfg)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // waitAPI polls sm-api until /readyz is 200 and a guild of every cluster is
@@ -406,7 +369,7 @@ func (s *apiSetup) socketCase(ctx context.Context, o APIOptions, payload []byte,
 	ro := RouteOptions{Warmup: o.Warmup, Duration: o.Duration, Drain: o.Drain}
 	req := ipc.Frame{Op: "echo", Target: "0", Payload: payload}
 	pids := map[string]int{"bench": os.Getpid(), "manager": s.manager.pid(), "harness": s.harness0, "sm-api": s.api.pid()}
-	rc, err := measure(ctx, ro, s.client, req, n, pids)
+	rc, err := measure(ctx, ro, s.manager.client, req, n, pids)
 	return APICase{
 		PayloadBytes: rc.PayloadBytes, WindowS: rc.WindowS, Requests: rc.Requests, ReqPerS: rc.ReqPerS,
 		P50US: rc.P50US, P99US: rc.P99US, P999US: rc.P999US, MaxUS: rc.MaxUS, Books: rc.Books,
@@ -517,7 +480,7 @@ func (s *apiSetup) httpCase(ctx context.Context, o APIOptions, route string, pay
 		c.Books.Add(w.books)
 		c.Requests += w.completed
 		c.WatchAnswers += w.watch
-		mergeHistogram(&h, &w.lat)
+		h.Merge(&w.lat)
 		if werr == nil && w.err != nil {
 			fmt.Fprintf(o.Progress, "api: %s: client %d: %v\n", route, i, w.err)
 		}
@@ -654,12 +617,8 @@ func (s *apiSetup) stop() error {
 	if s.api != nil {
 		errs = append(errs, s.api.stop(syscall.SIGTERM, 15*time.Second))
 	}
-	if s.client != nil {
-		s.client.conn.Close()
-		<-s.client.conn.Done()
-	}
 	if s.manager != nil {
-		errs = append(errs, s.manager.stop(time.Minute))
+		errs = append(errs, s.manager.shutdown())
 	}
 	return errors.Join(errs...)
 }
@@ -702,26 +661,16 @@ func (r *APIReport) WriteText(w io.Writer) {
 // WriteJSON prints one JSON object per line: each case, then each summary.
 func (r *APIReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
-	for _, c := range r.Cases {
-		if err := enc.Encode(c); err != nil {
-			return err
-		}
+	if err := encodeEach(enc, r.Cases); err != nil {
+		return err
 	}
-	for _, s := range r.Summaries() {
-		if err := enc.Encode(s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return encodeEach(enc, r.Summaries())
 }
 
 func runAPICmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultAPIOptions
-	fs := flag.NewFlagSet("sm-bench api", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.APIBin, "api-bin", "", "sm-api binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("api", stderr, &o.ManagerBin, &o.HarnessBin)
+	fs.binary(&o.APIBin, "sm-api")
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "one-shard clusters behind the manager")
 	fs.Var((*intList)(&o.Concurrency), "concurrency", "comma-separated concurrency levels (HTTP clients; requests in flight on the socket), one case each")
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "socket/guild/op triples per concurrency; the summary takes the median")
@@ -729,40 +678,10 @@ func runAPICmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load before each measured window")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured window of each case")
 	fs.DurationVar(&o.Drain, "drain", o.Drain, "socket route: wait for the last replies before counting them lost")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("api: unexpected argument %q", fs.Arg(0))
-	}
 	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
-		return err
-	}
-	if o.APIBin, err = findBinary(o.APIBin, "sm-api"); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := API(ctx, o)
-	if rep != nil && len(rep.Cases) > 0 {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	b := rep.Books()
-	if why := b.Broken(); why != "" {
-		return fmt.Errorf("api: %w: %s", ErrInvariant, why)
-	}
-	return nil
+	return finishReport("api", stdout, rep, rep != nil && len(rep.Cases) > 0, err)
 }

@@ -60,6 +60,19 @@ func (b *Books) Add(o Books) {
 // Broken describes the invariants b breaks ("" when none): the route scenario
 // allows no error, no duplicate and no loss at all.
 func (b *Books) Broken() string {
+	why := b.replyFaults()
+	for _, code := range slices.Sorted(maps.Keys(b.Errors)) {
+		why = append(why, fmt.Sprintf("%d %s", b.Errors[code], code))
+	}
+	if b.Sent != b.OK+b.ErrorCount()+b.Lost {
+		why = append(why, fmt.Sprintf("books do not balance: sent %d != ok %d + errors %d + lost %d", b.Sent, b.OK, b.ErrorCount(), b.Lost))
+	}
+	return strings.Join(why, ", ")
+}
+
+// replyFaults describes what no load may ever see, whatever errors it is
+// allowed: lost requests, duplicate replies, replies to unknown ids.
+func (b *Books) replyFaults() []string {
 	var why []string
 	if b.Lost > 0 {
 		why = append(why, fmt.Sprintf("%d lost", b.Lost))
@@ -70,11 +83,5 @@ func (b *Books) Broken() string {
 	if b.Unknown > 0 {
 		why = append(why, fmt.Sprintf("%d replies to unknown ids", b.Unknown))
 	}
-	for _, code := range slices.Sorted(maps.Keys(b.Errors)) {
-		why = append(why, fmt.Sprintf("%d %s", b.Errors[code], code))
-	}
-	if b.Sent != b.OK+b.ErrorCount()+b.Lost {
-		why = append(why, fmt.Sprintf("books do not balance: sent %d != ok %d + errors %d + lost %d", b.Sent, b.OK, b.ErrorCount(), b.Lost))
-	}
-	return strings.Join(why, ", ")
+	return why
 }

@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -93,44 +90,28 @@ var DefaultChaosOptions = ChaosOptions{
 
 func (o ChaosOptions) withDefaults() ChaosOptions {
 	d := DefaultChaosOptions
-	setInt := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setDur := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setInt(&o.Clusters, d.Clusters)
-	setInt(&o.InFlight, d.InFlight)
-	setInt(&o.Conns, d.Conns)
-	setInt(&o.PayloadBytes, d.PayloadBytes)
-	setDur(&o.Duration, d.Duration)
-	setDur(&o.KillEvery, d.KillEvery)
-	setDur(&o.HeartbeatInterval, d.HeartbeatInterval)
-	setDur(&o.HeartbeatTimeout, d.HeartbeatTimeout)
-	setDur(&o.StopGrace, d.StopGrace)
-	setDur(&o.BackoffMax, d.BackoffMax)
-	setDur(&o.RequestTimeout, d.RequestTimeout)
-	setDur(&o.Slack, d.Slack)
-	setDur(&o.Recover, d.Recover)
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.InFlight, d.InFlight)
+	orDefault(&o.Conns, d.Conns)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.KillEvery, d.KillEvery)
+	orDefault(&o.HeartbeatInterval, d.HeartbeatInterval)
+	orDefault(&o.HeartbeatTimeout, d.HeartbeatTimeout)
+	orDefault(&o.StopGrace, d.StopGrace)
+	orDefault(&o.BackoffMax, d.BackoffMax)
+	orDefault(&o.RequestTimeout, d.RequestTimeout)
+	orDefault(&o.Slack, d.Slack)
+	orDefault(&o.Recover, d.Recover)
 	if o.StopFor <= 0 {
 		o.StopFor = o.HeartbeatTimeout + o.StopGrace + time.Second
 	}
-	if o.CrashFlags == "" {
-		o.CrashFlags = d.CrashFlags
-	}
-	if o.Targets == "" {
-		o.Targets = d.Targets
-	}
+	orDefaultIfZero(&o.CrashFlags, d.CrashFlags)
+	orDefaultIfZero(&o.Targets, d.Targets)
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -166,12 +147,7 @@ type ChaosReport struct {
 	Windows  ChaosWindows `json:"down_windows"`
 
 	// The load over the whole run.
-	Books
-	LoadS   float64 `json:"load_s"`
-	ReqPerS float64 `json:"req_per_s"`
-	P50US   float64 `json:"p50_us"`
-	P99US   float64 `json:"p99_us"`
-	MaxUS   float64 `json:"max_us"`
+	LoadFigures
 	// Error replies inside a down window of their cluster (allowed), by
 	// code, and the ones outside any (each a failure).
 	ErrorsInWindows map[string]uint64 `json:"errors_in_down_windows"`
@@ -249,25 +225,13 @@ func Chaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sm-bench-chaos-")
+	run, err := newRollRun("chaos", o.LogPath, &rep.Failures)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logPath := o.LogPath
-	if logPath == "" {
-		logPath = filepath.Join(dir, "chaos.log")
-	}
-	logw, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
+	defer func() { err = run.close(err) }()
 
-	cfg, err := rollConfig(dir, o.Clusters, 1, []string{o.HarnessBin, "--simulate", "--connect-delay=" + o.ConnectDelay.String()})
+	cfg, err := rollConfig(run.scratch.dir, o.Clusters, 1, []string{o.HarnessBin, "--simulate", "--connect-delay=" + o.ConnectDelay.String()})
 	if err != nil {
 		return nil, err
 	}
@@ -281,33 +245,16 @@ func Chaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error) {
 		return nil, fmt.Errorf("chaos: manager config: %w", err)
 	}
 	fmt.Fprintf(o.Progress, "chaos: starting sm-manager with %d clusters (cluster %d crash-looping: %s)\n", o.Clusters, crashC, o.CrashFlags)
-	fleet, err := startRollFleet(ctx, o.ManagerBin, dir, cfg, logw)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = closeFleet(fleet, err, &rep.Failures) }()
-	if _, err := fleet.waitStatus(ctx, startTimeout+time.Duration(o.Clusters)*200*time.Millisecond, "every cluster ready",
-		func(st *rollStatus) bool { return allReady(st, crashC) }); err != nil {
+	if err := run.startFleet(ctx, o.ManagerBin, cfg, startTimeout+time.Duration(o.Clusters)*200*time.Millisecond, crashC); err != nil {
 		return rep, err
 	}
-	watcher, err := watchFeed(ctx, fleet.mgr)
-	if err != nil {
-		return rep, err
-	}
-	defer watcher.close()
-	fmt.Fprintf(o.Progress, "chaos: load of %d in flight (%s targets) over %d connections\n", o.InFlight, o.Targets, o.Conns)
-	load, err := startLaneLoad(ctx, fleet.mgr, laneLoadOptions{
+	err = run.startLoad(ctx, o.Progress, "chaos", o.Targets, laneLoadOptions{
 		lanes: lanes, conns: o.Conns, payload: echoPayload(o.PayloadBytes), errPause: 20 * time.Millisecond,
 	})
 	if err != nil {
 		return rep, err
 	}
-	loadStopped := false
-	defer func() {
-		if !loadStopped {
-			load.stop(0)
-		}
-	}()
+	fleet, watcher, load := run.fleet, run.watcher, run.load
 
 	fmt.Fprintf(o.Progress, "chaos: faults for %v: kill -9 every %v, SIGSTOP of cluster %d for %v, a client that stops reading (seed %d)\n",
 		o.Duration, o.KillEvery, stopC, o.StopFor, o.Seed)
@@ -329,15 +276,8 @@ func Chaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error) {
 
 	drain := o.RequestTimeout + 5*time.Second
 	fmt.Fprintf(o.Progress, "chaos: %d kills done; stopping the load, waiting up to %v for the last replies\n", rep.Kills, drain)
-	load.stop(drain)
-	loadStopped = true
-	books, lat, errs, lost := load.result()
-	rep.Books = books
-	rep.LoadS = load.stopped.Sub(load.started).Seconds()
-	if rep.LoadS > 0 {
-		rep.ReqPerS = float64(books.OK) / rep.LoadS
-	}
-	rep.P50US, rep.P99US, rep.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	var errs, lost []errorReply
+	rep.LoadFigures, errs, lost = load.finish(drain)
 
 	// Every cluster comes back; the crash-looping one is in crash_loop.
 	fmt.Fprintf(o.Progress, "chaos: waiting up to %v for every cluster to be ready again\n", o.Recover)
@@ -704,6 +644,14 @@ func (rep *ChaosReport) check(feedErr, loadErr error) {
 	}
 }
 
+// Broken is the first broken invariant ("" when none); Failures has them all.
+func (rep *ChaosReport) Broken() string {
+	if len(rep.Failures) == 0 {
+		return ""
+	}
+	return rep.Failures[0]
+}
+
 func (rep *ChaosReport) fail(format string, args ...any) {
 	rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...))
 }
@@ -742,10 +690,7 @@ func (rep *ChaosReport) WriteJSON(w io.Writer) error {
 
 func runChaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultChaosOptions
-	fs := flag.NewFlagSet("sm-bench chaos", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("chaos", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters (at least 4): cluster 0 is SIGSTOPped, the last one crash-loops")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long the faults go on")
 	fs.DurationVar(&o.KillEvery, "kill-every", o.KillEvery, "kill -9 a random ready cluster this often")
@@ -765,36 +710,10 @@ func runChaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&o.Recover, "recover", o.Recover, "bound on the wait for every cluster to be ready again after the faults")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the choice of clusters to kill (default: from the clock; the report shows it)")
 	fs.StringVar(&o.LogPath, "log", "", "keep the manager's and clusters' log in this file")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("chaos: unexpected argument %q", fs.Arg(0))
-	}
 	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Chaos(ctx, o)
-	if rep != nil && (rep.Sent > 0 || err == nil) {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if len(rep.Failures) > 0 {
-		return fmt.Errorf("chaos: %w: %s", ErrInvariant, rep.Failures[0])
-	}
-	return nil
+	return finishReport("chaos", stdout, rep, rep != nil && (rep.Sent > 0 || err == nil), err)
 }

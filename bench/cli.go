@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,10 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultRouteOptions
-	fs := flag.NewFlagSet("sm-bench route", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("route", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.Var((*intList)(&o.InFlight), "inflight", "comma-separated in-flight counts, one case each")
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "direct/routed pairs per in-flight count; the summary takes the median (a shared machine is noisy)")
 	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
@@ -82,40 +80,77 @@ func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var((*intList)(&o.Clusters), "clusters", "comma-separated cluster counts for the idle measurement, e.g. 16,256 (default: skip it)")
 	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the idle manager is sampled")
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of the routed path's sm-manager to this file")
-	addPeerFlags(fs, &o)
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("route: unexpected argument %q", fs.Arg(0))
-	}
+	addPeerFlags(fs.FlagSet, &o)
 	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Route(ctx, o)
-	if rep != nil && len(rep.Cases) > 0 {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
+	return finishReport("route", stdout, rep, rep != nil && len(rep.Cases) > 0, err)
+}
+
+// scenarioFlags is a scenario command's flag set, with the flags every
+// scenario takes: the binaries it runs (--manager-bin, --harness-bin, and
+// any added with binary) and -q.
+type scenarioFlags struct {
+	*flag.FlagSet
+	name     string
+	stderr   io.Writer
+	quiet    *bool
+	binaries []binaryFlag
+}
+
+// binaryFlag is a binary a scenario runs: the flag's value, and the binary's
+// name to look for when it is not given.
+type binaryFlag struct {
+	value *string
+	name  string
+}
+
+// newScenarioFlags returns the flag set of scenario name, usage and errors to
+// stderr, with the sm-manager and cluster-harness binaries into managerBin
+// and harnessBin.
+func newScenarioFlags(name string, stderr io.Writer, managerBin, harnessBin *string) *scenarioFlags {
+	fs := &scenarioFlags{FlagSet: flag.NewFlagSet("sm-bench "+name, flag.ContinueOnError), name: name, stderr: stderr}
+	fs.SetOutput(stderr)
+	fs.binary(managerBin, "sm-manager")
+	fs.binary(harnessBin, "cluster-harness")
+	fs.quiet = fs.Bool("q", false, "no progress lines on stderr")
+	return fs
+}
+
+// binary adds the flag of binary name (--api-bin for sm-api) into v.
+func (fs *scenarioFlags) binary(v *string, name string) {
+	fs.StringVar(v, binaryFlagName(name), "", name+" binary (default: the one beside sm-bench, else $PATH)")
+	fs.binaries = append(fs.binaries, binaryFlag{value: v, name: name})
+}
+
+// parse parses args (no arguments beside the flags) and resolves every
+// binary (see findBinary). It returns where progress lines go: stderr, or
+// nil with -q.
+func (fs *scenarioFlags) parse(args []string) (io.Writer, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected argument %q", fs.name, fs.Arg(0))
+	}
+	for _, b := range fs.binaries {
+		var err error
+		if *b.value, err = findBinary(*b.value, b.name); err != nil {
+			return nil, err
 		}
 	}
-	if err != nil {
-		return err
+	if *fs.quiet {
+		return nil, nil
 	}
-	b := rep.Books()
-	if why := b.Broken(); why != "" {
-		return fmt.Errorf("route: %w: %s", ErrInvariant, why)
-	}
-	return nil
+	return fs.stderr, nil
+}
+
+// binaryFlagName is the flag that names binary name: manager-bin for
+// sm-manager, harness-bin for cluster-harness.
+func binaryFlagName(name string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(name, "sm-"), "cluster-") + "-bin"
 }
 
 // findBinary returns flagValue if set, else name beside the running
@@ -132,8 +167,8 @@ func findBinary(flagValue, name string) (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%s not found beside sm-bench or on $PATH (build with `go build -o bin/ ./cmd/...`, or pass --%s-bin): %w",
-			name, strings.TrimPrefix(strings.TrimPrefix(name, "sm-"), "cluster-"), err)
+		return "", fmt.Errorf("%s not found beside sm-bench or on $PATH (build with `go build -o bin/ ./cmd/...`, or pass --%s): %w",
+			name, binaryFlagName(name), err)
 	}
 	return filepath.Abs(p)
 }
@@ -165,18 +200,8 @@ func (l *intList) Set(v string) error {
 	return nil
 }
 
-// findBinaries resolves the sm-manager and cluster-harness binaries a
-// scenario runs (flag values, else beside sm-bench).
-func findBinaries(managerBin, harnessBin *string) error {
-	var err error
-	if *managerBin, err = findBinary(*managerBin, "sm-manager"); err != nil {
-		return err
-	}
-	*harnessBin, err = findBinary(*harnessBin, "cluster-harness")
-	return err
-}
-
-// scenarioReport is what a scenario's report offers its command.
+// scenarioReport is what a scenario's report offers its command: a table for
+// people, JSON lines, and the invariants the run broke ("" when none).
 type scenarioReport interface {
 	WriteText(w io.Writer)
 	WriteJSON(w io.Writer) error
@@ -198,6 +223,16 @@ func finishReport(name string, stdout io.Writer, rep scenarioReport, hasFigures 
 	}
 	if why := rep.Broken(); why != "" {
 		return fmt.Errorf("%s: %w: %s", name, ErrInvariant, why)
+	}
+	return nil
+}
+
+// encodeEach writes each of vs as one JSON line.
+func encodeEach[T any](enc *json.Encoder, vs []T) error {
+	for _, v := range vs {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
 	}
 	return nil
 }

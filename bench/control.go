@@ -10,50 +10,18 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
 )
 
-// What the manager-kill, scale and soak scenarios share: a configuration for
-// many clusters, STATUS and DEPLOY over a control connection, and making sure
-// no cluster process outlives a scenario.
-
-// fleetConfig is managerConfig with clusters clusters of perCluster shards,
-// no status page, and the metrics endpoint on adminAddr ("" for none): the
-// defaults' fixed ports would collide with any other manager on the machine.
-func fleetConfig(dir string, clusters, perCluster int, harnessArgv []string, adminAddr string) (*config.Config, error) {
-	cfg, err := managerConfig(dir, clusters, harnessArgv)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Topology = config.Topology{TotalShards: clusters * perCluster, ShardsPerCluster: perCluster}
-	cfg.Status.Listen = ""
-	cfg.Admin.Listen = adminAddr
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
-}
-
-// freeLoopbackAddr returns a TCP address on 127.0.0.1 that was free a moment
-// ago (the kernel picked it), for the manager's metrics endpoint.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
-}
+// What the manager-kill, scale and soak scenarios do over a fleet's control
+// client (see fleet.go): STATUS and DEPLOY; and what they read of the manager
+// besides: its metrics endpoint, its fds, the machine's free memory.
 
 // mgrStatus asks the manager for a STATUS snapshot.
 func mgrStatus(ctx context.Context, c *ipc.Client, timeout time.Duration) (manager.Status, error) {
@@ -155,55 +123,6 @@ func mgrDeploy(ctx context.Context, c *ipc.Client, clusters []int, maxParallel i
 			return nil, fmt.Errorf("deploy %s not finished after %v (last STATUS error: %v)", started.DeployID, timeout, err)
 		}
 	}
-}
-
-// procAlive reports whether pid names a live process (not a zombie).
-func procAlive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
-}
-
-// leftovers lists the live processes whose environment names socket as their
-// SM_SOCKET: the cluster processes of the manager on that socket (the socket
-// is in the scenario's own temp dir, so no one else's).
-func leftovers(socket string) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := []byte("\x00SM_SOCKET=" + socket + "\x00")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil {
-			continue
-		}
-		if bytes.Contains(append([]byte{0}, env...), want) && procAlive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// reapLeftovers SIGKILLs what leftovers finds and says how many there were: a
-// scenario's safety net, and the check that a stopped manager left nothing.
-func reapLeftovers(socket string) int {
-	pids := leftovers(socket)
-	for _, pid := range pids {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return len(pids)
 }
 
 // scrapeMetrics reads the named metrics (unlabelled gauges, as the Go and

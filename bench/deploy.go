@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"text/tabwriter"
@@ -63,32 +60,18 @@ var DefaultDeployOptions = DeployOptions{
 
 func (o DeployOptions) withDefaults() DeployOptions {
 	d := DefaultDeployOptions
-	setInt := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setDur := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setInt(&o.Clusters, d.Clusters)
-	setInt(&o.ShardsPerCluster, d.ShardsPerCluster)
-	setInt(&o.Deploys, d.Deploys)
-	setInt(&o.MaxParallel, d.MaxParallel)
-	setInt(&o.InFlight, d.InFlight)
-	setInt(&o.Conns, d.Conns)
-	setInt(&o.PayloadBytes, d.PayloadBytes)
-	setDur(&o.Settle, d.Settle)
-	setDur(&o.DeployTimeout, d.DeployTimeout)
-	setDur(&o.Drain, d.Drain)
-	if o.Targets == "" {
-		o.Targets = d.Targets
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.ShardsPerCluster, d.ShardsPerCluster)
+	orDefault(&o.Deploys, d.Deploys)
+	orDefault(&o.MaxParallel, d.MaxParallel)
+	orDefault(&o.InFlight, d.InFlight)
+	orDefault(&o.Conns, d.Conns)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Settle, d.Settle)
+	orDefault(&o.DeployTimeout, d.DeployTimeout)
+	orDefault(&o.Drain, d.Drain)
+	orDefaultIfZero(&o.Targets, d.Targets)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -151,12 +134,7 @@ type DeployReport struct {
 	ConnectDelayMS   float64     `json:"connect_delay_ms"`
 	Deploys          []DeployRun `json:"deploys"`
 	// The load over the whole run.
-	Books
-	LoadS   float64 `json:"load_s"`
-	ReqPerS float64 `json:"req_per_s"`
-	P50US   float64 `json:"p50_us"`
-	P99US   float64 `json:"p99_us"`
-	MaxUS   float64 `json:"max_us"`
+	LoadFigures
 	// Over every swap of every deploy.
 	Swaps         int     `json:"swaps"`
 	OverheadP50MS float64 `json:"overhead_p50_ms"`
@@ -191,58 +169,29 @@ func Deploy(ctx context.Context, o DeployOptions) (rep *DeployReport, err error)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sm-bench-deploy-")
+	run, err := newRollRun("deploy", o.LogPath, &rep.Failures)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logPath := o.LogPath
-	if logPath == "" {
-		logPath = filepath.Join(dir, "deploy.log")
-	}
-	logw, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
+	defer func() { err = run.close(err) }()
 
 	harnessArgv := []string{o.HarnessBin, "--simulate",
 		"--connect-delay=" + o.ConnectDelay.String(), "--op-delay=" + o.OpDelay.String()}
-	cfg, err := rollConfig(dir, o.Clusters, o.ShardsPerCluster, harnessArgv)
+	cfg, err := rollConfig(run.scratch.dir, o.Clusters, o.ShardsPerCluster, harnessArgv)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Cluster.Env["SM_BENCH_DEPLOY"] = "0"
 	fmt.Fprintf(o.Progress, "deploy: starting sm-manager with %d clusters of %d shards\n", o.Clusters, o.ShardsPerCluster)
-	fleet, err := startRollFleet(ctx, o.ManagerBin, dir, cfg, logw)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = closeFleet(fleet, err, &rep.Failures) }()
 	startWait := startTimeout + time.Duration(o.Clusters*o.ShardsPerCluster)*(o.ConnectDelay+100*time.Millisecond)
-	if _, err := fleet.waitStatus(ctx, startWait, "every cluster ready", func(st *rollStatus) bool { return allReady(st) }); err != nil {
+	if err := run.startFleet(ctx, o.ManagerBin, cfg, startWait); err != nil {
 		return nil, err
 	}
-	watcher, err := watchFeed(ctx, fleet.mgr)
+	err = run.startLoad(ctx, o.Progress, "deploy", o.Targets, laneLoadOptions{lanes: lanes, conns: o.Conns, payload: echoPayload(o.PayloadBytes)})
 	if err != nil {
 		return nil, err
 	}
-	defer watcher.close()
-
-	fmt.Fprintf(o.Progress, "deploy: load of %d in flight (%s targets) over %d connections\n", o.InFlight, o.Targets, o.Conns)
-	load, err := startLaneLoad(ctx, fleet.mgr, laneLoadOptions{lanes: lanes, conns: o.Conns, payload: echoPayload(o.PayloadBytes)})
-	if err != nil {
-		return nil, err
-	}
-	loadStopped := false
-	defer func() {
-		if !loadStopped {
-			load.stop(0)
-		}
-	}()
+	fleet, watcher, load := run.fleet, run.watcher, run.load
 	if err := sleep(ctx, o.Settle); err != nil {
 		return nil, err
 	}
@@ -291,15 +240,7 @@ func Deploy(ctx context.Context, o DeployOptions) (rep *DeployReport, err error)
 	}
 
 	fmt.Fprintf(o.Progress, "deploy: stopping the load, waiting up to %v for the last replies\n", o.Drain)
-	load.stop(o.Drain)
-	loadStopped = true
-	books, lat, _, _ := load.result()
-	rep.Books = books
-	rep.LoadS = load.stopped.Sub(load.started).Seconds()
-	if rep.LoadS > 0 {
-		rep.ReqPerS = float64(books.OK) / rep.LoadS
-	}
-	rep.P50US, rep.P99US, rep.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	rep.LoadFigures, _, _ = load.finish(o.Drain)
 	var all, outside []time.Duration
 	for _, r := range rep.Deploys {
 		all = append(all, r.overheads...)
@@ -366,6 +307,14 @@ func (rep *DeployReport) check(o DeployOptions, feedErr, loadErr error) {
 	if !rep.Procs.Clean() {
 		rep.fail("cluster processes: %v", rep.Procs.Details)
 	}
+}
+
+// Broken is the first broken invariant ("" when none); Failures has them all.
+func (rep *DeployReport) Broken() string {
+	if len(rep.Failures) == 0 {
+		return ""
+	}
+	return rep.Failures[0]
 }
 
 func (rep *DeployReport) fail(format string, args ...any) {
@@ -452,19 +401,7 @@ func longest(ivs []unroutedInterval) time.Duration {
 }
 
 // booksSince is what happened to the books between before and after.
-func booksSince(after, before Books) Books {
-	d := Books{
-		Sent: after.Sent - before.Sent, OK: after.OK - before.OK, Lost: after.Lost - before.Lost,
-		Duplicates: after.Duplicates - before.Duplicates, Unknown: after.Unknown - before.Unknown,
-	}
-	for code, n := range after.Errors {
-		if n > before.Errors[code] {
-			d.addError(code)
-			d.Errors[code] = n - before.Errors[code]
-		}
-	}
-	return d
-}
+func booksSince(after, before Books) Books { return after.sub(before) }
 
 // WriteText prints the report as a table for people.
 func (rep *DeployReport) WriteText(w io.Writer) {
@@ -511,10 +448,7 @@ func (rep *DeployReport) WriteJSON(w io.Writer) error {
 
 func runDeployCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultDeployOptions
-	fs := flag.NewFlagSet("sm-bench deploy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("deploy", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters")
 	fs.IntVar(&o.ShardsPerCluster, "shards-per-cluster", o.ShardsPerCluster, "shards per cluster")
 	fs.IntVar(&o.Deploys, "deploys", o.Deploys, "rolling deploys of every cluster, back to back")
@@ -529,36 +463,10 @@ func runDeployCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.DurationVar(&o.DeployTimeout, "deploy-timeout", o.DeployTimeout, "bound on each deploy")
 	fs.DurationVar(&o.Drain, "drain", o.Drain, "wait for the last replies before counting them lost")
 	fs.StringVar(&o.LogPath, "log", "", "keep the manager's and clusters' log in this file")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("deploy: unexpected argument %q", fs.Arg(0))
-	}
 	var err error
-	if o.ManagerBin, err = findBinary(o.ManagerBin, "sm-manager"); err != nil {
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if o.HarnessBin, err = findBinary(o.HarnessBin, "cluster-harness"); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Deploy(ctx, o)
-	if rep != nil && (len(rep.Deploys) > 0 || err == nil) {
-		rep.WriteText(stdout)
-		fmt.Fprintln(stdout)
-		if jerr := rep.WriteJSON(stdout); err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if len(rep.Failures) > 0 {
-		return fmt.Errorf("deploy: %w: %s", ErrInvariant, rep.Failures[0])
-	}
-	return nil
+	return finishReport("deploy", stdout, rep, rep != nil && (len(rep.Deploys) > 0 || err == nil), err)
 }

@@ -5,5 +5,9 @@
 //
 // Each scenario runs alone, bounded in time, and fails when an invariant
 // breaks (a lost request, a duplicate reply, an error reply where none is
-// allowed). Today there is one, route; see Main.
+// allowed). Main lists them (cli.go), one file each. What they share: the
+// manager and its simulated clusters (fleet.go, rollfleet.go), their loads
+// (pipe.go, laneload.go, clientload.go), the temp dir and log of a run
+// (workdir.go), and the command around each: flags, a table, JSON lines and
+// the invariant check (cli.go).
 package bench

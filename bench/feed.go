@@ -5,13 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -61,30 +57,14 @@ var DefaultFeedOptions = FeedOptions{
 
 func (o FeedOptions) withDefaults() FeedOptions {
 	d := DefaultFeedOptions
-	if o.Clusters <= 0 {
-		o.Clusters = d.Clusters
-	}
-	if o.Subscribers <= 0 {
-		o.Subscribers = d.Subscribers
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = d.Heartbeat
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.Duration <= 0 {
-		o.Duration = d.Duration
-	}
-	if o.IdleSample <= 0 {
-		o.IdleSample = d.IdleSample
-	}
-	if o.Dialers <= 0 {
-		o.Dialers = d.Dialers
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.Subscribers, d.Subscribers)
+	orDefault(&o.Heartbeat, d.Heartbeat)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.IdleSample, d.IdleSample)
+	orDefault(&o.Dialers, d.Dialers)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -176,26 +156,17 @@ func Feed(ctx context.Context, o FeedOptions) (rep *FeedReport, err error) {
 	if o.ManagerBin == "" || o.HarnessBin == "" {
 		return nil, errors.New("feed: need the sm-manager and cluster-harness binaries")
 	}
-	dir, err := os.MkdirTemp("", "sm-bench-feed-")
+	sc, err := newScratch("sm-bench-feed-", "feed.log", "")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logw, err := os.Create(filepath.Join(dir, "feed.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
+	defer func() { err = sc.close(err) }()
 
-	addr, err := pickLoopbackAddr()
+	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
-	cfg, err := managerConfig(dir, o.Clusters, harnessArgv)
+	cfg, err := managerConfig(sc.dir, o.Clusters, simHarness(o.HarnessBin))
 	if err != nil {
 		return nil, err
 	}
@@ -209,22 +180,13 @@ func Feed(ctx context.Context, o FeedOptions) (rep *FeedReport, err error) {
 	}
 
 	fmt.Fprintf(o.Progress, "feed: starting sm-manager with %d clusters, heartbeat every %v, status feed on %s\n", o.Clusters, o.Heartbeat, addr)
-	var extra []string
-	if o.ManagerCPUProfile != "" {
-		extra = []string{"-cpuprofile", o.ManagerCPUProfile}
-	}
-	mgr, err := startManager(o.ManagerBin, dir, cfg, logw, extra...)
+	mgr, err := startAttached(ctx, o.ManagerBin, sc.dir, cfg, sc.log, cpuProfileFlags(o.ManagerCPUProfile)...)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, mgr.stop(time.Minute)) }()
-	client, err := mgr.dial(ctx, "sm-bench")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { client.conn.Close(); <-client.conn.Done() }()
+	defer func() { err = errors.Join(err, mgr.shutdown()) }()
 	start := time.Now()
-	if _, err := mgr.waitReady(ctx, client, ipc.TargetAll, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond); err != nil {
+	if _, err := mgr.ready(ctx, ipc.TargetAll, readyTimeout(o.Clusters)); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Progress, "feed: %d clusters ready after %.1fs; idle baseline (no subscriber) for %v\n", o.Clusters, time.Since(start).Seconds(), o.IdleSample)
@@ -506,7 +468,7 @@ func (r *feedRun) close() {
 func (r *feedRun) fill(rep *FeedReport) {
 	var h Histogram
 	for i := range r.hists {
-		mergeHistogram(&h, &r.hists[i].h)
+		h.Merge(&r.hists[i].h)
 	}
 	first := true
 	for _, s := range r.subs {
@@ -539,108 +501,6 @@ func (r *feedRun) fill(rep *FeedReport) {
 	r.mu.Lock()
 	rep.FirstError = r.firstErr
 	r.mu.Unlock()
-}
-
-// mergeHistogram adds src's counts to dst.
-func mergeHistogram(dst, src *Histogram) {
-	for i, c := range src.counts {
-		dst.counts[i] += c
-	}
-	dst.n += src.n
-	dst.max = max(dst.max, src.max)
-}
-
-// managerSample is a process's CPU and memory over a stretch of time, beside
-// this process's CPU and the whole machine's.
-type managerSample struct {
-	elapsed    time.Duration
-	cpu        time.Duration // the manager's, from schedstat
-	bench      time.Duration // this process's, from stat
-	machine    time.Duration // every process's, from /proc/stat
-	rssKiB     int64         // at the end
-	peakRSSKiB int64         // of one-second samples
-}
-
-func (s managerSample) cpuPercent() float64 { return percentOf(s.cpu, s.elapsed) }
-func (s managerSample) benchPercent() float64 {
-	return percentOf(s.bench, s.elapsed)
-}
-
-// othersPercent is what the rest of the machine used beside the manager and
-// the bench. The machine's counters tick at 10ms: it is approximate.
-func (s managerSample) othersPercent() float64 {
-	return max(0, percentOf(s.machine-s.cpu-s.bench, s.elapsed))
-}
-
-func percentOf(d, over time.Duration) float64 {
-	if over <= 0 {
-		return 0
-	}
-	return 100 * float64(d) / float64(over)
-}
-
-// sampleManager measures pid for d, reading its RSS every second.
-func sampleManager(ctx context.Context, pid int, d time.Duration) (managerSample, error) {
-	var s managerSample
-	self := os.Getpid()
-	t0 := time.Now()
-	cpu0, err := schedCPU(pid)
-	if err != nil {
-		return s, err
-	}
-	b0, err := sampleProc(self)
-	if err != nil {
-		return s, err
-	}
-	m0, err := sampleMachine()
-	if err != nil {
-		return s, err
-	}
-	end := t0.Add(d)
-	for {
-		left := time.Until(end)
-		if left <= 0 {
-			break
-		}
-		if err := sleep(ctx, min(left, time.Second)); err != nil {
-			return s, err
-		}
-		rss, err := readRSS(pid)
-		if err != nil {
-			return s, err
-		}
-		s.peakRSSKiB = max(s.peakRSSKiB, rss)
-	}
-	cpu1, err := schedCPU(pid)
-	if err != nil {
-		return s, err
-	}
-	b1, err := sampleProc(self)
-	if err != nil {
-		return s, err
-	}
-	m1, err := sampleMachine()
-	if err != nil {
-		return s, err
-	}
-	s.elapsed = time.Since(t0)
-	s.cpu, s.bench, s.machine = cpu1-cpu0, b1.cpu-b0.cpu, m1-m0
-	if s.rssKiB, err = readRSS(pid); err != nil {
-		return s, err
-	}
-	s.peakRSSKiB = max(s.peakRSSKiB, s.rssKiB)
-	return s, nil
-}
-
-// pickLoopbackAddr returns a loopback TCP address that was free a moment
-// ago, for a child process to listen on.
-func pickLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
 }
 
 // WriteText prints the report for people.
@@ -681,10 +541,7 @@ func fmtUS(us float64) string {
 
 func runFeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultFeedOptions
-	fs := flag.NewFlagSet("sm-bench feed", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("feed", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "one-shard clusters, each heartbeating")
 	fs.IntVar(&o.Subscribers, "subscribers", o.Subscribers, "WebSocket subscribers on the status feed")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "the manager's heartbeat.interval")
@@ -693,18 +550,9 @@ func runFeedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the manager is sampled with no subscriber")
 	fs.IntVar(&o.Dialers, "dialers", o.Dialers, "WebSocket handshakes at once while connecting")
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of sm-manager to this file")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("feed: unexpected argument %q", fs.Arg(0))
-	}
-	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Feed(ctx, o)
 	return finishReport("feed", stdout, rep, rep != nil && rep.WindowS > 0, err)

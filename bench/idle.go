@@ -40,17 +40,12 @@ func idleClusters(ctx context.Context, o RouteOptions, dir string, n int, harnes
 	}
 	fmt.Fprintf(o.Progress, "route: idle, starting sm-manager with %d clusters\n", n)
 	start := time.Now()
-	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
+	mgr, err := startAttached(ctx, o.ManagerBin, dir, cfg, logw)
 	if err != nil {
 		return c, err
 	}
-	defer func() { err = errors.Join(err, mgr.stop(time.Minute)) }()
-	client, err := mgr.dial(ctx, "sm-bench")
-	if err != nil {
-		return c, err
-	}
-	defer func() { client.conn.Close(); <-client.conn.Done() }()
-	pongs, err := mgr.waitReady(ctx, client, ipc.TargetAll, startTimeout+time.Duration(n)*100*time.Millisecond)
+	defer func() { err = errors.Join(err, mgr.shutdown()) }()
+	pongs, err := mgr.ready(ctx, ipc.TargetAll, readyTimeout(n))
 	if err != nil {
 		return c, err
 	}
@@ -59,25 +54,11 @@ func idleClusters(ctx context.Context, o RouteOptions, dir string, n int, harnes
 	if err := sleep(ctx, idleSettle); err != nil {
 		return c, err
 	}
-	// Idle CPU is a fraction of a percent: measured from schedstat, in ns, as
-	// stat's 10ms ticks would round it to nothing.
-	t0, cpu0 := time.Now(), time.Duration(0)
-	if cpu0, err = schedCPU(mgr.pid()); err != nil {
-		return c, err
-	}
-	if err := sleep(ctx, o.IdleSample); err != nil {
-		return c, err
-	}
-	cpu1, err := schedCPU(mgr.pid())
+	s, err := sampleManager(ctx, mgr.pid(), o.IdleSample)
 	if err != nil {
 		return c, err
 	}
-	el := time.Since(t0)
-	if c.ManagerRSSKiB, err = readRSS(mgr.pid()); err != nil {
-		return c, err
-	}
-	c.SampleS = el.Seconds()
-	c.ManagerCPUPercent = 100 * float64(cpu1-cpu0) / float64(el)
+	c.SampleS, c.ManagerCPUPercent, c.ManagerRSSKiB = s.elapsed.Seconds(), s.cpuPercent(), s.rssKiB
 	for _, pong := range pongs {
 		pid, err := pidOf(pong)
 		if err != nil {

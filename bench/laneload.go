@@ -258,9 +258,11 @@ func (l *laneLoad) snapshot() Books {
 
 // stop sends no more requests and waits up to drain for the outstanding
 // ones; what is still unanswered then is lost. It waits a further moment for
-// late duplicates, then closes the connections.
+// late duplicates, then closes the connections. Only the first call counts.
 func (l *laneLoad) stop(drain time.Duration) {
-	l.stopping.Store(true)
+	if l.stopping.Swap(true) {
+		return
+	}
 	l.stopped = time.Now()
 	deadline := time.Now().Add(drain)
 	for time.Now().Before(deadline) {
@@ -307,6 +309,37 @@ func (l *laneLoad) close() {
 	}
 }
 
+// finish stops the load, waiting up to drain for the last replies (see
+// stop), and returns its figures over the whole run, its error replies and
+// the requests it lost.
+func (l *laneLoad) finish(drain time.Duration) (LoadFigures, []errorReply, []errorReply) {
+	l.stop(drain)
+	books, lat, errs, lost := l.result()
+	return loadFigures(books, &lat, l.stopped.Sub(l.started)), errs, lost
+}
+
+// LoadFigures are a closed-loop load's figures over its whole run: its books,
+// how long it ran, and the rate and round trips of its OK replies.
+type LoadFigures struct {
+	Books
+	LoadS   float64 `json:"load_s"`
+	ReqPerS float64 `json:"req_per_s"`
+	P50US   float64 `json:"p50_us"`
+	P99US   float64 `json:"p99_us"`
+	MaxUS   float64 `json:"max_us"`
+}
+
+// loadFigures computes LoadFigures from a load's books and round trips over
+// the time it ran.
+func loadFigures(b Books, lat *Histogram, ran time.Duration) LoadFigures {
+	f := LoadFigures{Books: b, LoadS: ran.Seconds()}
+	if f.LoadS > 0 {
+		f.ReqPerS = float64(b.OK) / f.LoadS
+	}
+	f.P50US, f.P99US, f.MaxUS = latencyUS(lat)
+	return f
+}
+
 // result adds up the books, latencies and error replies of every connection.
 func (l *laneLoad) result() (Books, Histogram, []errorReply, []errorReply) {
 	var b Books
@@ -315,19 +348,10 @@ func (l *laneLoad) result() (Books, Histogram, []errorReply, []errorReply) {
 	for _, c := range l.conns {
 		c.mu.Lock()
 		b.Add(c.books)
-		addHistogram(&h, &c.lat)
+		h.Merge(&c.lat)
 		errs = append(errs, c.errs...)
 		lost = append(lost, c.lost...)
 		c.mu.Unlock()
 	}
 	return b, h, errs, lost
-}
-
-// addHistogram adds o's durations to h.
-func addHistogram(h, o *Histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-	h.max = max(h.max, o.max)
 }

@@ -68,3 +68,18 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	}
 	return h.max
 }
+
+// Merge adds o's durations to h.
+func (h *Histogram) Merge(o *Histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.max = max(h.max, o.max)
+}
+
+// latencyUS is h's median, 99th percentile and maximum in µs: the round trips
+// every load's report shows.
+func latencyUS(h *Histogram) (p50, p99, maxUS float64) {
+	return micros(h.Quantile(0.5)), micros(h.Quantile(0.99)), micros(h.Max())
+}

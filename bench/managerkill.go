@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -123,33 +122,15 @@ type ManagerKillReport struct {
 
 func (o ManagerKillOptions) withDefaults() ManagerKillOptions {
 	d := DefaultManagerKillOptions
-	if o.Clusters <= 0 {
-		o.Clusters = d.Clusters
-	}
-	if o.Kills <= 0 {
-		o.Kills = d.Kills
-	}
-	if o.InFlight <= 0 {
-		o.InFlight = d.InFlight
-	}
-	if o.Clients <= 0 {
-		o.Clients = d.Clients
-	}
-	if o.PayloadBytes <= 0 {
-		o.PayloadBytes = d.PayloadBytes
-	}
-	if o.Settle <= 0 {
-		o.Settle = d.Settle
-	}
-	if o.After <= 0 {
-		o.After = d.After
-	}
-	if o.AdoptWindow <= 0 {
-		o.AdoptWindow = d.AdoptWindow
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.Kills, d.Kills)
+	orDefault(&o.InFlight, d.InFlight)
+	orDefault(&o.Clients, d.Clients)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Settle, d.Settle)
+	orDefault(&o.After, d.After)
+	orDefault(&o.AdoptWindow, d.AdoptWindow)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -177,15 +158,7 @@ func (r *ManagerKillReport) Broken() string {
 		}
 	}
 	s := r.Summary
-	if s.Lost > 0 {
-		why = append(why, fmt.Sprintf("%d lost", s.Lost))
-	}
-	if s.Duplicates > 0 {
-		why = append(why, fmt.Sprintf("%d duplicate replies", s.Duplicates))
-	}
-	if s.Unknown > 0 {
-		why = append(why, fmt.Sprintf("%d replies to unknown ids", s.Unknown))
-	}
+	why = append(why, s.Books.replyFaults()...)
 	if killed := r.killErrors(); s.ErrorCount() != killed {
 		why = append(why, fmt.Sprintf("%d requests failed outside the kills (%d in all)", s.ErrorCount()-killed, s.ErrorCount()))
 	}
@@ -205,69 +178,44 @@ func (r *ManagerKillReport) killErrors() uint64 {
 
 // ManagerKill runs the scenario. A report with what was measured comes back
 // even with an error.
-func ManagerKill(ctx context.Context, o ManagerKillOptions) (*ManagerKillReport, error) {
+func ManagerKill(ctx context.Context, o ManagerKillOptions) (rep *ManagerKillReport, err error) {
 	o = o.withDefaults()
-	rep := &ManagerKillReport{Options: o}
-	dir, err := os.MkdirTemp("", "sm-bench-")
+	rep = &ManagerKillReport{Options: o}
+	sc, err := newScratch("sm-bench-", "manager-kill.log", "")
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(dir)
-	logw, err := os.Create(filepath.Join(dir, "manager-kill.log"))
-	if err != nil {
-		return rep, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
-	err = managerKill(ctx, o, dir, logw, rep)
+	defer func() { err = sc.close(err) }()
+	err = managerKill(ctx, o, sc, rep)
 	rep.summarize()
 	return rep, err
 }
 
-func managerKill(ctx context.Context, o ManagerKillOptions, dir string, logw io.Writer, rep *ManagerKillReport) (err error) {
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
-	cfg, err := fleetConfig(dir, o.Clusters, 1, harnessArgv, "")
+func managerKill(ctx context.Context, o ManagerKillOptions, sc *scratch, rep *ManagerKillReport) (err error) {
+	f, err := newFleet(sc, o.HarnessBin, o.Clusters, 1, "")
 	if err != nil {
 		return err
 	}
-	cfg.State = config.State{Dir: filepath.Join(dir, "state"), AdoptWindow: config.Duration{Duration: o.AdoptWindow}}
-	if err := os.Mkdir(cfg.State.Dir, 0o700); err != nil {
+	f.cfg.State = config.State{Dir: filepath.Join(sc.dir, "state"), AdoptWindow: config.Duration{Duration: o.AdoptWindow}}
+	if err := os.Mkdir(f.cfg.State.Dir, 0o700); err != nil {
 		return err
 	}
-	// Whatever happens, no cluster process outlives the scenario.
-	defer func() {
-		if n := reapLeftovers(cfg.Socket); n > 0 && err != nil {
-			err = fmt.Errorf("%w (killed %d cluster processes left behind)", err, n)
-		}
-	}()
+	defer func() { err = f.close(err) }()
 
-	fmt.Fprintf(o.Progress, "manager-kill: starting sm-manager with %d clusters (state in %s)\n", o.Clusters, cfg.State.Dir)
-	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
+	fmt.Fprintf(o.Progress, "manager-kill: starting sm-manager with %d clusters (state in %s)\n", o.Clusters, f.cfg.State.Dir)
+	if err := f.start(ctx, o.ManagerBin); err != nil {
+		return err
+	}
+	_, err = f.waitReady(ctx, readyTimeout(o.Clusters), 20*time.Millisecond, nil)
+	f.disconnect() // each restart connects its own
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if mgr != nil {
-			mgr.proc.stop(os.Kill, 5*time.Second)
-		}
-	}()
-	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
-	if err != nil {
-		return mgr.proc.why(err)
-	}
-	st, err := waitAllReady(ctx, ctl, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond, 20*time.Millisecond, mgr.proc.exited, nil)
-	ctl.Close()
-	if err != nil {
-		return err
-	}
-	mgr.clusters = clusterPIDs(st)
 
 	load, err := startClientLoad(ctx, clientLoadConfig{
-		socket: cfg.Socket, clients: o.Clients, workers: o.InFlight, rate: o.Rate,
+		socket: f.cfg.Socket, clients: o.Clients, workers: o.InFlight, rate: o.Rate,
 		target: clusterTarget(o.Clusters, o.InFlight), payload: echoPayload(o.PayloadBytes),
-		timeout: cfg.Requests.Timeout.Duration + 5*time.Second,
+		timeout: f.cfg.Requests.Timeout.Duration + 5*time.Second,
 	})
 	if err != nil {
 		return err
@@ -286,7 +234,7 @@ func managerKill(ctx context.Context, o ManagerKillOptions, dir string, logw io.
 		s := &rep.Summary
 		s.Books = b
 		s.ReqPerS = float64(b.OK) / el.Seconds()
-		s.P50US, s.P99US, s.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+		s.P50US, s.P99US, s.MaxUS = latencyUS(&lat)
 	}
 	defer endLoad()
 	fmt.Fprintf(o.Progress, "manager-kill: %d clusters ready; load: %d in flight over %d clients%s\n",
@@ -296,8 +244,7 @@ func managerKill(ctx context.Context, o ManagerKillOptions, dir string, logw io.
 		if err := sleep(ctx, o.Settle); err != nil {
 			return err
 		}
-		var kc KillCase
-		mgr, kc, err = killAndRestart(ctx, o, cfg, dir, logw, mgr, load)
+		kc, err := killAndRestart(ctx, o, f, load)
 		kc.Kill = k
 		rep.Kills = append(rep.Kills, kc)
 		fmt.Fprintf(o.Progress, "manager-kill: kill %d/%d: %d/%d survived, re-adopted %.3fs, routed %.3fs after the restart; %d restarted, %d failed\n",
@@ -309,9 +256,8 @@ func managerKill(ctx context.Context, o ManagerKillOptions, dir string, logw io.
 	endLoad()
 
 	fmt.Fprintf(o.Progress, "manager-kill: stopping sm-manager (SIGTERM)\n")
-	stopErr := mgr.stop(time.Minute)
-	mgr = nil
-	rep.Summary.LeftBehind = reapLeftovers(cfg.Socket)
+	stopErr := f.stop(time.Minute)
+	rep.Summary.LeftBehind = f.reap()
 	return stopErr
 }
 
@@ -322,18 +268,17 @@ func rateNote(rate float64) string {
 	return ", closed-loop"
 }
 
-// killAndRestart SIGKILLs mgr, starts its successor on the same config at
-// once, and measures the re-adoption. It returns the new manager (nil if it
-// could not be started).
-func killAndRestart(ctx context.Context, o ManagerKillOptions, cfg *config.Config, dir string, logw io.Writer, mgr *managerProc, load *clientLoad) (*managerProc, KillCase, error) {
+// killAndRestart SIGKILLs the fleet's manager, starts its successor on the
+// same config at once, and measures the re-adoption.
+func killAndRestart(ctx context.Context, o ManagerKillOptions, f *fleet, load *clientLoad) (KillCase, error) {
 	kc := KillCase{Scenario: "manager-kill", Path: "kill", Clusters: o.Clusters, InFlight: o.InFlight}
-	before := mgr.clusters
+	before := f.mgr.clusters
 	b0, ns0, f0 := load.snapshot(), load.notSentCount(), len(load.failuresSoFar())
 
 	killAt := time.Now()
 	load.setMark(killAt)
-	mgr.proc.cmd.Process.Kill()
-	<-mgr.proc.exited
+	f.mgr.proc.cmd.Process.Kill()
+	<-f.mgr.proc.exited
 	for _, pid := range before {
 		if procAlive(pid) {
 			kc.Survived++
@@ -341,32 +286,25 @@ func killAndRestart(ctx context.Context, o ManagerKillOptions, cfg *config.Confi
 	}
 
 	start := time.Now()
-	next, err := startManager(o.ManagerBin, dir, cfg, logw)
-	if err != nil {
-		return nil, kc, err
+	if err := f.start(ctx, o.ManagerBin); err != nil {
+		return kc, err
 	}
-	next.clusters = before // to kill should this manager have to be killed
-	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
-	if err != nil {
-		return next, kc, next.proc.why(err)
-	}
-	defer ctl.Close()
+	defer f.disconnect()
 	kc.ListeningS = time.Since(start).Seconds()
-	st, err := waitAllReady(ctx, ctl, o.AdoptWindow+startTimeout, 5*time.Millisecond, next.proc.exited, nil)
+	st, err := f.waitReady(ctx, o.AdoptWindow+startTimeout, 5*time.Millisecond, nil)
 	if err != nil {
-		return next, kc, err
+		return kc, err
 	}
 	kc.ReadoptedS = time.Since(start).Seconds()
 	// Routed in fact: a broadcast ping that every cluster answers.
-	probe, err := next.dial(ctx, "sm-bench-probe")
+	probe, err := f.mgr.dial(ctx, "sm-bench-probe")
 	if err != nil {
-		return next, kc, err
+		return kc, err
 	}
-	_, err = next.waitReady(ctx, probe, ipc.TargetAll, startTimeout)
-	probe.conn.Close()
-	<-probe.conn.Done()
+	_, err = f.mgr.waitReady(ctx, probe, ipc.TargetAll, startTimeout)
+	probe.close()
 	if err != nil {
-		return next, kc, err
+		return kc, err
 	}
 	kc.RoutedS = time.Since(start).Seconds()
 
@@ -376,33 +314,32 @@ func killAndRestart(ctx context.Context, o ManagerKillOptions, cfg *config.Confi
 			kc.Restarted++
 		}
 	}
-	next.clusters = after
+	f.mgr.clusters = after
 	if err := sleep(ctx, o.After); err != nil {
-		return next, kc, err
+		return kc, err
 	}
 	// The processes once the dust settled: the same ones still.
-	if st, err := mgrStatus(ctx, ctl, 5*time.Second); err == nil {
+	if st, err := f.refresh(ctx, 5*time.Second); err == nil {
 		now := clusterPIDs(st)
 		for i := range now {
 			if i < len(after) && now[i] != after[i] {
 				kc.Restarted++
 			}
 		}
-		next.clusters = now
 	}
 	if t := load.resumedAt(); !t.IsZero() {
 		kc.ResumedS = t.Sub(start).Seconds()
 	}
 	kc.Books = load.snapshot().sub(b0)
-	for _, f := range load.failuresSoFar()[f0:] {
-		if f.sent.Before(killAt) {
+	for _, fl := range load.failuresSoFar()[f0:] {
+		if fl.sent.Before(killAt) {
 			kc.FailedSentBefore++
 		} else {
 			kc.FailedSentAfter++
 		}
 	}
 	kc.NotSent = load.notSentCount() - ns0
-	return next, kc, nil
+	return kc, nil
 }
 
 func (l *clientLoad) notSentCount() uint64 {
@@ -483,10 +420,7 @@ func (r *ManagerKillReport) summarize() {
 
 func runManagerKillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultManagerKillOptions
-	fs := flag.NewFlagSet("sm-bench manager-kill", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("manager-kill", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters (one shard each)")
 	fs.IntVar(&o.Kills, "kills", o.Kills, "SIGKILL/restart rounds")
 	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "requests in flight (workers, one each)")
@@ -496,18 +430,9 @@ func runManagerKillCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.DurationVar(&o.Settle, "settle", o.Settle, "load before each kill")
 	fs.DurationVar(&o.After, "after", o.After, "load after every cluster is routed again, counted with the kill")
 	fs.DurationVar(&o.AdoptWindow, "adopt-window", o.AdoptWindow, "state.adopt_window of the generated config")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("manager-kill: unexpected argument %q", fs.Arg(0))
-	}
-	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := ManagerKill(ctx, o)
 	return finishReport("manager-kill", stdout, rep, len(rep.Kills) > 0, err)

@@ -52,15 +52,7 @@ func managerConfig(dir string, clusters int, clusterArgv []string) (*config.Conf
 // startManager writes cfg into dir and starts bin on it, with extra flags.
 func startManager(bin, dir string, cfg *config.Config, logw io.Writer, extra ...string) (*managerProc, error) {
 	path := filepath.Join(dir, fmt.Sprintf("sm-%d.toml", cfg.Topology.TotalShards))
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	err = toml.NewEncoder(f).Encode(cfg)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := writeTOML(path, cfg); err != nil {
 		return nil, fmt.Errorf("write manager config: %w", err)
 	}
 	proc, err := startChild("sm-manager", append([]string{bin, "-config", path}, extra...), os.Environ(), logw)
@@ -68,6 +60,29 @@ func startManager(bin, dir string, cfg *config.Config, logw io.Writer, extra ...
 		return nil, err
 	}
 	return &managerProc{proc: proc, socket: cfg.Socket}, nil
+}
+
+// writeTOML writes cfg to path as TOML, readable by its owner only.
+func writeTOML(path string, cfg *config.Config) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = toml.NewEncoder(f).Encode(cfg)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// cpuProfileFlags are the manager's flags that make it write a CPU profile of
+// its whole life to path, for go tool pprof (its hidden -cpuprofile flag);
+// none for "".
+func cpuProfileFlags(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return []string{"-cpuprofile", path}
 }
 
 func (m *managerProc) pid() int { return m.proc.pid() }

@@ -498,17 +498,10 @@ func (rep *RouteReport) writePeerText(w io.Writer) {
 
 // writePeerJSON prints a line per peer case, then per peer summary.
 func (rep *RouteReport) writePeerJSON(enc *json.Encoder) error {
-	for _, c := range rep.Peers {
-		if err := enc.Encode(c); err != nil {
-			return err
-		}
+	if err := encodeEach(enc, rep.Peers); err != nil {
+		return err
 	}
-	for _, s := range rep.PeerSummaries() {
-		if err := enc.Encode(s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return encodeEach(enc, rep.PeerSummaries())
 }
 
 func sumValues(m map[string]float64) float64 {

@@ -36,6 +36,12 @@ func newPipe(conn *ipc.Conn, other func(f *ipc.Frame)) *pipe {
 	return &pipe{conn: conn, other: other, outstanding: make(map[uint64]time.Time), abandoned: make(map[uint64]bool)}
 }
 
+// close closes the pipe's connection and waits until it is done.
+func (p *pipe) close() {
+	p.conn.Close()
+	<-p.conn.Done()
+}
+
 // load is one closed-loop measurement: window requests in flight, each reply
 // sending the next, for warmup and then duration; then no new requests and a
 // wait of at most drain for the last replies.

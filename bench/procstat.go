@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -184,4 +185,94 @@ func (m *cpuMeter) othersPercent() float64 {
 		return 0
 	}
 	return max(0, 100*float64(m.machine[1]-m.machine[0]-ours)/float64(el))
+}
+
+// managerSample is a process's CPU and memory over a stretch of time, beside
+// this process's CPU and the whole machine's.
+type managerSample struct {
+	elapsed    time.Duration
+	cpu        time.Duration // the manager's, from schedstat
+	bench      time.Duration // this process's, from stat
+	machine    time.Duration // every process's, from /proc/stat
+	rssKiB     int64         // at the end
+	peakRSSKiB int64         // of one-second samples
+}
+
+// cpuPercent is the manager's CPU, in percent of one core.
+func (s managerSample) cpuPercent() float64 { return percentOf(s.cpu, s.elapsed) }
+
+// benchPercent is this process's CPU, in percent of one core.
+func (s managerSample) benchPercent() float64 {
+	return percentOf(s.bench, s.elapsed)
+}
+
+// othersPercent is what the rest of the machine used beside the manager and
+// the bench. The machine's counters tick at 10ms: it is approximate.
+func (s managerSample) othersPercent() float64 {
+	return max(0, percentOf(s.machine-s.cpu-s.bench, s.elapsed))
+}
+
+func percentOf(d, over time.Duration) float64 {
+	if over <= 0 {
+		return 0
+	}
+	return 100 * float64(d) / float64(over)
+}
+
+// sampleManager measures pid for d, reading its RSS every second: the
+// manager's footprint over a window (idle, under a feed, at scale).
+func sampleManager(ctx context.Context, pid int, d time.Duration) (managerSample, error) {
+	var s managerSample
+	t0 := time.Now()
+	c0, err := readCPUCounters(pid)
+	if err != nil {
+		return s, err
+	}
+	end := t0.Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			break
+		}
+		if err := sleep(ctx, min(left, time.Second)); err != nil {
+			return s, err
+		}
+		rss, err := readRSS(pid)
+		if err != nil {
+			return s, err
+		}
+		s.peakRSSKiB = max(s.peakRSSKiB, rss)
+	}
+	c1, err := readCPUCounters(pid)
+	if err != nil {
+		return s, err
+	}
+	s.elapsed = time.Since(t0)
+	s.cpu, s.bench, s.machine = c1.manager-c0.manager, c1.bench-c0.bench, c1.machine-c0.machine
+	if s.rssKiB, err = readRSS(pid); err != nil {
+		return s, err
+	}
+	s.peakRSSKiB = max(s.peakRSSKiB, s.rssKiB)
+	return s, nil
+}
+
+// cpuCounters are the cumulative CPU times a managerSample is the difference
+// of: the manager's, this process's and the whole machine's.
+type cpuCounters struct{ manager, bench, machine time.Duration }
+
+// readCPUCounters reads pid's CPU time (schedstat, in ns: an idle manager's
+// is a fraction of stat's 10ms ticks), this process's and the machine's.
+func readCPUCounters(pid int) (cpuCounters, error) {
+	var c cpuCounters
+	var err error
+	if c.manager, err = schedCPU(pid); err != nil {
+		return c, err
+	}
+	self, err := sampleProc(os.Getpid())
+	if err != nil {
+		return c, err
+	}
+	c.bench = self.cpu
+	c.machine, err = sampleMachine()
+	return c, err
 }

@@ -75,25 +75,16 @@ func met(ok bool) string {
 // count's summary, then each idle case.
 func (r *RouteReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
-	for _, c := range r.Cases {
-		if err := enc.Encode(c); err != nil {
-			return err
-		}
+	if err := encodeEach(enc, r.Cases); err != nil {
+		return err
 	}
-	for _, s := range r.Summaries() {
-		if err := enc.Encode(s); err != nil {
-			return err
-		}
+	if err := encodeEach(enc, r.Summaries()); err != nil {
+		return err
 	}
 	if err := r.writePeerJSON(enc); err != nil {
 		return err
 	}
-	for _, c := range r.Idle {
-		if err := enc.Encode(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return encodeEach(enc, r.Idle)
 }
 
 // cpuModel is the machine's CPU model name, from /proc/cpuinfo.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,8 +24,9 @@ import (
 
 // What the deploy and chaos scenarios share: a manager with many clusters
 // started from a config file the scenario may rewrite (DEPLOY re-reads it), a
-// control connection for pings, STATUS and DEPLOY, and the /proc checks that no
-// cluster process is left a zombie, an orphan or a stray.
+// control connection for pings, STATUS and DEPLOY, the /proc checks that no
+// cluster process is left a zombie, an orphan or a stray, and the run that
+// puts the fleet, the WATCH feed and the lane load together (rollRun).
 
 // rollFleet is a real sm-manager with its clusters, on a socket in dir.
 type rollFleet struct {
@@ -34,17 +36,13 @@ type rollFleet struct {
 	ctl     *pipe // control connection, used by one goroutine at a time
 }
 
-// rollConfig is managerConfig with clusters clusters of perCluster shards, no
-// status page and no metrics endpoint (their fixed default ports would collide
-// with any other manager on the machine), no state file, and a feed buffer
-// deep enough that a WATCH of the bench is never dropped.
+// rollConfig is fleetConfig with no metrics endpoint, no state file, and a
+// feed buffer deep enough that a WATCH of the bench is never dropped.
 func rollConfig(dir string, clusters, perCluster int, harnessArgv []string) (*config.Config, error) {
-	cfg, err := managerConfig(dir, clusters, harnessArgv)
+	cfg, err := fleetConfig(dir, clusters, perCluster, harnessArgv, "")
 	if err != nil {
 		return nil, err
 	}
-	cfg.Topology = config.Topology{TotalShards: clusters * perCluster, ShardsPerCluster: perCluster}
-	cfg.Status.Listen, cfg.Admin.Listen = "", ""
 	cfg.State.Dir = ""
 	cfg.Limits.FeedBuffer = 8192
 	cfg.Cluster.Env = map[string]string{}
@@ -94,8 +92,7 @@ func (f *rollFleet) writeConfig() error {
 // this fleet outlived it: any that did is killed and reported.
 func (f *rollFleet) close() error {
 	if f.ctl != nil {
-		f.ctl.conn.Close()
-		<-f.ctl.conn.Done()
+		f.ctl.close()
 		f.ctl = nil
 	}
 	err := f.mgr.stop(time.Minute)
@@ -130,6 +127,70 @@ func closeFleet(f *rollFleet, err error, failures *[]string) error {
 		return err
 	}
 	return errors.Join(err, cerr)
+}
+
+// rollRun is what the deploy and chaos scenarios run in: a scratch dir, a
+// fleet on it, the WATCH feed on the fleet, and the lane load on every
+// cluster. close ends them in the reverse order.
+type rollRun struct {
+	scratch *scratch
+	// failures are the report's: a cluster process that outlived the
+	// manager goes there (see closeFleet).
+	failures *[]string
+	fleet    *rollFleet
+	watcher  *feedWatcher
+	load     *laneLoad
+}
+
+// newRollRun makes the run's scratch dir, sm-bench-<name>-*, with the log
+// <name>.log in it, or at logPath if set.
+func newRollRun(name, logPath string, failures *[]string) (*rollRun, error) {
+	sc, err := newScratch("sm-bench-"+name+"-", name+".log", logPath)
+	if err != nil {
+		return nil, err
+	}
+	return &rollRun{scratch: sc, failures: failures}, nil
+}
+
+// startFleet starts bin on cfg and waits up to timeout until every cluster but
+// except is ready and routed.
+func (r *rollRun) startFleet(ctx context.Context, bin string, cfg *config.Config, timeout time.Duration, except ...int) error {
+	f, err := startRollFleet(ctx, bin, r.scratch.dir, cfg, r.scratch.log)
+	if err != nil {
+		return err
+	}
+	r.fleet = f
+	_, err = f.waitStatus(ctx, timeout, "every cluster ready", func(st *rollStatus) bool { return allReady(st, except...) })
+	return err
+}
+
+// startLoad opens the WATCH feed, then starts the lane load, saying so on
+// progress (the scenario's name first) with how its lanes name their cluster.
+func (r *rollRun) startLoad(ctx context.Context, progress io.Writer, name, targets string, o laneLoadOptions) error {
+	w, err := watchFeed(ctx, r.fleet.mgr)
+	if err != nil {
+		return err
+	}
+	r.watcher = w
+	fmt.Fprintf(progress, "%s: load of %d in flight (%s targets) over %d connections\n", name, len(o.lanes), targets, o.conns)
+	r.load, err = startLaneLoad(ctx, r.fleet.mgr, o)
+	return err
+}
+
+// close stops the load if it still runs, closes the feed, stops the fleet
+// (see closeFleet) and removes the scratch dir, and returns err with what
+// went wrong on the way added.
+func (r *rollRun) close(err error) error {
+	if r.load != nil {
+		r.load.stop(0)
+	}
+	if r.watcher != nil {
+		r.watcher.close()
+	}
+	if r.fleet != nil {
+		err = closeFleet(r.fleet, err, r.failures)
+	}
+	return r.scratch.close(err)
 }
 
 // rollStatus is the part of a STATUS payload (manager.Status) the scenarios read.
@@ -258,85 +319,6 @@ func (f *rollFleet) ping(ctx context.Context, cluster int) (int, error) {
 		return 0, r.Error
 	}
 	return pidOf(r.Payload)
-}
-
-// fleetProc is a cluster process of a fleet, as /proc shows it.
-type fleetProc struct {
-	PID   int  `json:"pid"`
-	PPID  int  `json:"ppid"`
-	State byte `json:"-"`
-}
-
-func (p fleetProc) String() string {
-	return fmt.Sprintf("pid %d (ppid %d, state %c)", p.PID, p.PPID, p.State)
-}
-
-// scanFleetProcs lists the processes whose environment names socket as
-// SM_SOCKET, the cluster processes of the manager on that socket (it is in
-// the scenario's own temp dir, so they are no one else's), and the zombie
-// children of managerPID (a zombie's environment can no longer be read).
-func scanFleetProcs(socket string, managerPID int) []fleetProc {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := []byte("\x00SM_SOCKET=" + socket + "\x00")
-	var out []fleetProc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		st, ok := readProcStat(pid)
-		if !ok {
-			continue
-		}
-		if st.State == 'Z' && st.PPID == managerPID && managerPID > 0 {
-			out = append(out, st)
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), want) {
-			continue
-		}
-		out = append(out, st)
-	}
-	return out
-}
-
-// readProcStat reads a process's state and parent from /proc/<pid>/stat.
-func readProcStat(pid int) (fleetProc, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return fleetProc{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return fleetProc{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 || len(f[0]) != 1 {
-		return fleetProc{}, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return fleetProc{}, false
-	}
-	return fleetProc{PID: pid, PPID: ppid, State: f[0][0]}, true
-}
-
-// ourCluster reports whether pid is a live cluster process of the fleet on
-// socket: the check before any signal, so a reused pid is never hit.
-func ourCluster(pid int, socket string) bool {
-	if pid <= 0 {
-		return false
-	}
-	st, ok := readProcStat(pid)
-	if !ok || st.State == 'Z' {
-		return false
-	}
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	return err == nil && bytes.Contains(append([]byte{0}, env...), []byte("\x00SM_SOCKET="+socket+"\x00"))
 }
 
 // ProcCheck is what /proc showed of a fleet's cluster processes.

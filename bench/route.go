@@ -60,27 +60,13 @@ func (o RouteOptions) withDefaults() RouteOptions {
 	if len(o.InFlight) == 0 {
 		o.InFlight = d.InFlight
 	}
-	if o.Rounds <= 0 {
-		o.Rounds = d.Rounds
-	}
-	if o.PayloadBytes <= 0 {
-		o.PayloadBytes = d.PayloadBytes
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.Duration <= 0 {
-		o.Duration = d.Duration
-	}
-	if o.Drain <= 0 {
-		o.Drain = d.Drain
-	}
-	if o.IdleSample <= 0 {
-		o.IdleSample = d.IdleSample
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.Rounds, d.Rounds)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.Drain, d.Drain)
+	orDefault(&o.IdleSample, d.IdleSample)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -185,11 +171,17 @@ func (r *RouteReport) Books() Books {
 	return b
 }
 
+// Broken describes the invariants the measured cases broke together ("" when
+// none): see Books.Broken.
+func (r *RouteReport) Broken() string {
+	b := r.Books()
+	return b.Broken()
+}
+
 // routeSetup is what the measured cases run against.
 type routeSetup struct {
 	direct        *directCluster
-	manager       *managerProc
-	client        *pipe
+	manager       *attachedManager
 	routedHarness int // pid of the manager's cluster process
 }
 
@@ -211,7 +203,7 @@ func Route(ctx context.Context, o RouteOptions) (*RouteReport, error) {
 	if err := preparePeers(ctx, o, rep); err != nil {
 		return nil, err
 	}
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
+	harnessArgv := simHarness(o.HarnessBin)
 
 	if err := routeCases(ctx, o, dir, harnessArgv, rep); err != nil {
 		return rep, err
@@ -249,17 +241,10 @@ func routeCases(ctx context.Context, o RouteOptions, dir string, harnessArgv []s
 	if err != nil {
 		return err
 	}
-	var extra []string
-	if o.ManagerCPUProfile != "" {
-		extra = []string{"-cpuprofile", o.ManagerCPUProfile}
-	}
-	if s.manager, err = startManager(o.ManagerBin, dir, cfg, logw, extra...); err != nil {
+	if s.manager, err = startAttached(ctx, o.ManagerBin, dir, cfg, logw, cpuProfileFlags(o.ManagerCPUProfile)...); err != nil {
 		return err
 	}
-	if s.client, err = s.manager.dial(ctx, "sm-bench"); err != nil {
-		return err
-	}
-	pongs, err := s.manager.waitReady(ctx, s.client, "0", startTimeout)
+	pongs, err := s.manager.ready(ctx, "0", startTimeout)
 	if err != nil {
 		return err
 	}
@@ -275,7 +260,7 @@ func routeCases(ctx context.Context, o RouteOptions, dir string, harnessArgv []s
 			for _, path := range []string{PathDirect, PathRouted} {
 				p, pids := s.direct.pipe, map[string]int{"bench": os.Getpid(), "harness": s.direct.pid()}
 				if path == PathRouted {
-					p, pids = s.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
+					p, pids = s.manager.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
 				}
 				fmt.Fprintf(o.Progress, "route: %s, %d in flight, round %d/%d: %v after %v warm-up\n", path, n, round, o.Rounds, o.Duration, o.Warmup)
 				c, err := measure(ctx, o, p, req, n, pids)
@@ -338,12 +323,8 @@ func measure(ctx context.Context, o RouteOptions, p *pipe, req ipc.Frame, window
 
 func (s *routeSetup) stop() error {
 	var errs []error
-	if s.client != nil {
-		s.client.conn.Close()
-		<-s.client.conn.Done()
-	}
 	if s.manager != nil {
-		errs = append(errs, s.manager.stop(time.Minute))
+		errs = append(errs, s.manager.shutdown())
 	}
 	if s.direct != nil {
 		errs = append(errs, s.direct.stop())
@@ -359,20 +340,3 @@ func echoPayload(n int) []byte {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// withLog adds the tail of the children's log to err, since the log goes away
-// with the temp dir.
-func withLog(err error, logw *os.File) error {
-	if err == nil {
-		return nil
-	}
-	const tail = 4 << 10
-	b, rerr := os.ReadFile(logw.Name())
-	if rerr != nil || len(b) == 0 {
-		return err
-	}
-	if len(b) > tail {
-		b = b[len(b)-tail:]
-	}
-	return fmt.Errorf("%w\n--- tail of the processes' log ---\n%s", err, b)
-}

@@ -3,11 +3,9 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -109,39 +107,19 @@ type ScaleReport struct {
 
 func (o ScaleOptions) withDefaults() ScaleOptions {
 	d := DefaultScaleOptions
-	if o.Clusters <= 0 {
-		o.Clusters = d.Clusters
-	}
-	if o.ShardsPerCluster <= 0 {
-		o.ShardsPerCluster = d.ShardsPerCluster
-	}
-	if o.Settle <= 0 {
-		o.Settle = d.Settle
-	}
-	if o.Sample <= 0 {
-		o.Sample = d.Sample
-	}
-	if o.MaxParallel <= 0 {
-		o.MaxParallel = d.MaxParallel
-	}
-	if o.InFlight <= 0 {
-		o.InFlight = d.InFlight
-	}
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.ShardsPerCluster, d.ShardsPerCluster)
+	orDefault(&o.Settle, d.Settle)
+	orDefault(&o.Sample, d.Sample)
+	orDefault(&o.MaxParallel, d.MaxParallel)
+	orDefault(&o.InFlight, d.InFlight)
 	if o.Rate < 0 {
 		o.Rate = d.Rate
 	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = d.StartTimeout
-	}
-	if o.DeployTimeout <= 0 {
-		o.DeployTimeout = d.DeployTimeout
-	}
-	if o.StopTimeout <= 0 {
-		o.StopTimeout = d.StopTimeout
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.StartTimeout, d.StartTimeout)
+	orDefault(&o.DeployTimeout, d.DeployTimeout)
+	orDefault(&o.StopTimeout, d.StopTimeout)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -165,31 +143,22 @@ func (r *ScaleReport) Broken() string {
 }
 
 // Scale runs the scenario. The report holds what was measured even with an error.
-func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
+func Scale(ctx context.Context, o ScaleOptions) (rep *ScaleReport, err error) {
 	o = o.withDefaults()
-	rep := &ScaleReport{Scenario: "scale", Clusters: o.Clusters, Shards: o.Clusters * o.ShardsPerCluster, options: o}
-	dir, err := os.MkdirTemp("", "sm-bench-")
+	rep = &ScaleReport{Scenario: "scale", Clusters: o.Clusters, Shards: o.Clusters * o.ShardsPerCluster, options: o}
+	sc, err := newScratch("sm-bench-", "scale.log", "")
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(dir)
-	logw, err := os.Create(filepath.Join(dir, "scale.log"))
-	if err != nil {
-		return rep, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
-	err = scale(ctx, o, dir, logw, rep)
-	return rep, err
+	defer func() { err = sc.close(err) }()
+	return rep, scale(ctx, o, sc, rep)
 }
 
 // scaleKiBPerCluster is what one simulated cluster process is budgeted in
 // memory before the start: ~8 MiB measured, with room.
 const scaleKiBPerCluster = 16 << 10
 
-func scale(ctx context.Context, o ScaleOptions, dir string, logw io.Writer, rep *ScaleReport) (err error) {
+func scale(ctx context.Context, o ScaleOptions, sc *scratch, rep *ScaleReport) (err error) {
 	if rep.MemAvailableKiB, err = memAvailableKiB(); err != nil {
 		return err
 	}
@@ -197,48 +166,26 @@ func scale(ctx context.Context, o ScaleOptions, dir string, logw io.Writer, rep 
 		return fmt.Errorf("scale: %d clusters want about %d MiB free, and %d MiB are available",
 			o.Clusters, need>>10, rep.MemAvailableKiB>>10)
 	}
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
-	cfg, err := fleetConfig(dir, o.Clusters, o.ShardsPerCluster, harnessArgv, "")
+	f, err := newFleet(sc, o.HarnessBin, o.Clusters, o.ShardsPerCluster, "")
 	if err != nil {
 		return err
 	}
-	rep.HeartbeatMS = cfg.Heartbeat.Interval.Milliseconds()
-	defer func() {
-		if n := reapLeftovers(cfg.Socket); n > 0 && err != nil {
-			err = fmt.Errorf("%w (killed %d cluster processes left behind)", err, n)
-		}
-	}()
+	rep.HeartbeatMS = f.cfg.Heartbeat.Interval.Milliseconds()
+	defer func() { err = f.close(err) }()
 
 	fmt.Fprintf(o.Progress, "scale: starting sm-manager with %d clusters of %d shards (%d MiB available)\n",
 		o.Clusters, o.ShardsPerCluster, rep.MemAvailableKiB>>10)
 	start := time.Now()
-	var extra []string
-	if o.ManagerCPUProfile != "" {
-		extra = []string{"-cpuprofile", o.ManagerCPUProfile}
-	}
-	mgr, err := startManager(o.ManagerBin, dir, cfg, logw, extra...)
-	if err != nil {
+	if err := f.start(ctx, o.ManagerBin, cpuProfileFlags(o.ManagerCPUProfile)...); err != nil {
 		return err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			mgr.proc.stop(os.Kill, 5*time.Second)
-		}
-	}()
-	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
-	if err != nil {
-		return mgr.proc.why(err)
-	}
-	defer func() { ctl.Close() }()
 	lastLine := time.Now()
-	st, err := waitAllReady(ctx, ctl, o.StartTimeout, 250*time.Millisecond, mgr.proc.exited, func(st manager.Status) {
+	st, err := f.waitReady(ctx, o.StartTimeout, 250*time.Millisecond, func(st manager.Status) {
 		if time.Since(lastLine) >= 5*time.Second {
 			lastLine = time.Now()
 			fmt.Fprintf(o.Progress, "scale: %d of %d clusters ready after %.0fs\n", readyCount(st), len(st.Clusters), time.Since(start).Seconds())
 		}
 	})
-	mgr.clusters = clusterPIDs(st)
 	if err != nil {
 		return err
 	}
@@ -247,13 +194,13 @@ func scale(ctx context.Context, o ScaleOptions, dir string, logw io.Writer, rep 
 	if err := sleep(ctx, o.Settle); err != nil {
 		return err
 	}
-	if err := scaleSample(ctx, o, mgr, rep); err != nil {
+	if err := scaleSample(ctx, o, f.mgr, rep); err != nil {
 		return err
 	}
 	if b, err := json.Marshal(st); err == nil {
 		rep.StatusBytes = len(b)
 	}
-	for _, pid := range mgr.clusters {
+	for _, pid := range f.mgr.clusters {
 		if rss, err := readRSS(pid); err == nil {
 			rep.ClustersRSSKiB += rss
 		}
@@ -262,24 +209,21 @@ func scale(ctx context.Context, o ScaleOptions, dir string, logw io.Writer, rep 
 		float64(rep.ManagerRSSKiB)/1024, rep.ManagerCPUPct, rep.OthersCPUPct)
 
 	if !o.SkipDeploy {
-		if err := scaleDeploy(ctx, o, cfg.Socket, mgr, rep); err != nil {
+		if err := scaleDeploy(ctx, o, f.cfg.Socket, f.mgr, rep); err != nil {
 			return err
 		}
 	}
-	if st, err := mgrStatus(ctx, ctl, 10*time.Second); err == nil {
+	if st, err := f.refresh(ctx, 10*time.Second); err == nil {
 		for _, c := range st.Clusters {
 			rep.Restarts += c.Restarts
 		}
-		mgr.clusters = clusterPIDs(st)
 	}
-	ctl.Close()
 
 	fmt.Fprintf(o.Progress, "scale: stopping sm-manager (SIGTERM)\n")
 	t0 := time.Now()
-	stopped = true
-	stopErr := mgr.stop(o.StopTimeout)
+	stopErr := f.stop(o.StopTimeout)
 	rep.StopS = time.Since(t0).Seconds()
-	rep.LeftBehind = reapLeftovers(cfg.Socket)
+	rep.LeftBehind = f.reap()
 	fmt.Fprintf(o.Progress, "scale: manager exited %.1fs after SIGTERM; %d cluster processes left\n", rep.StopS, rep.LeftBehind)
 	return stopErr
 }
@@ -288,38 +232,15 @@ func scale(ctx context.Context, o ScaleOptions, dir string, logw io.Writer, rep 
 // ns) and the machine's over the window, RSS once a second.
 func scaleSample(ctx context.Context, o ScaleOptions, mgr *managerProc, rep *ScaleReport) error {
 	pid := mgr.pid()
-	m0, err := sampleMachine()
+	s, err := sampleManager(ctx, pid, o.Sample)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	cpu0, err := schedCPU(pid)
-	if err != nil {
-		return err
-	}
-	for time.Since(t0) < o.Sample {
-		if err := sleep(ctx, min(time.Second, o.Sample-time.Since(t0))); err != nil {
-			return err
-		}
-		rss, err := readRSS(pid)
-		if err != nil {
-			return err
-		}
-		rep.ManagerRSSKiB = rss
-		rep.ManagerRSSMaxKiB = max(rep.ManagerRSSMaxKiB, rss)
-	}
-	cpu1, err := schedCPU(pid)
-	if err != nil {
-		return err
-	}
-	el := time.Since(t0)
-	m1, err := sampleMachine()
-	if err != nil {
-		return err
-	}
-	rep.SampleS = el.Seconds()
-	rep.ManagerCPUPct = 100 * float64(cpu1-cpu0) / float64(el)
-	rep.OthersCPUPct = max(0, 100*float64(m1-m0-(cpu1-cpu0))/float64(el))
+	rep.SampleS = s.elapsed.Seconds()
+	rep.ManagerRSSKiB, rep.ManagerRSSMaxKiB = s.rssKiB, s.peakRSSKiB
+	rep.ManagerCPUPct = s.cpuPercent()
+	// Everything but the manager, the bench included (it sits idle meanwhile).
+	rep.OthersCPUPct = max(0, percentOf(s.machine-s.cpu, s.elapsed))
 	rep.ManagerFDs, _ = countFDs(pid)
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
 		rep.ManagerThreads = len(ents)
@@ -379,7 +300,7 @@ func scaleDeploy(ctx context.Context, o ScaleOptions, socket string, mgr *manage
 	sleep(ctx, time.Second)
 	rep.Books = load.end()
 	lat := load.latency()
-	rep.P50US, rep.P99US, rep.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	rep.P50US, rep.P99US, rep.MaxUS = latencyUS(&lat)
 	fmt.Fprintf(o.Progress, "scale: deploy %s in %.1fs; load: %d sent, %d ok, %s failed, %d lost\n",
 		rep.DeployState, rep.DeployS, rep.Sent, rep.OK, errorsText(rep.Books), rep.Lost)
 	return derr
@@ -414,10 +335,7 @@ func (r *ScaleReport) WriteJSON(w io.Writer) error { return json.NewEncoder(w).E
 
 func runScaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultScaleOptions
-	fs := flag.NewFlagSet("sm-bench scale", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("scale", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters")
 	fs.IntVar(&o.ShardsPerCluster, "shards-per-cluster", o.ShardsPerCluster, "shards per cluster")
 	fs.DurationVar(&o.Settle, "settle", o.Settle, "pause after every cluster is ready, before the sample")
@@ -429,18 +347,9 @@ func runScaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of sm-manager to this file (at its exit)")
 	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "bound on the start of every cluster")
 	fs.DurationVar(&o.DeployTimeout, "deploy-timeout", o.DeployTimeout, "bound on the deploy")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("scale: unexpected argument %q", fs.Arg(0))
-	}
-	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Scale(ctx, o)
 	return finishReport("scale", stdout, rep, rep.StartS > 0, err)

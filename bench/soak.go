@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -103,30 +101,16 @@ type SoakReport struct {
 
 func (o SoakOptions) withDefaults() SoakOptions {
 	d := DefaultSoakOptions
-	if o.Duration <= 0 {
-		o.Duration = d.Duration
-	}
-	if o.Clusters <= 0 {
-		o.Clusters = d.Clusters
-	}
-	if o.InFlight <= 0 {
-		o.InFlight = d.InFlight
-	}
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.Clusters, d.Clusters)
+	orDefault(&o.InFlight, d.InFlight)
 	if o.Rate < 0 {
 		o.Rate = d.Rate
 	}
-	if o.PayloadBytes <= 0 {
-		o.PayloadBytes = d.PayloadBytes
-	}
-	if o.SampleEvery <= 0 {
-		o.SampleEvery = d.SampleEvery
-	}
-	if o.DeployParallel <= 0 {
-		o.DeployParallel = d.DeployParallel
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.SampleEvery, d.SampleEvery)
+	orDefault(&o.DeployParallel, d.DeployParallel)
+	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
 
@@ -140,15 +124,7 @@ func (r *SoakReport) Broken() string {
 			why = append(why, v.String())
 		}
 	}
-	if r.Lost > 0 {
-		why = append(why, fmt.Sprintf("%d lost", r.Lost))
-	}
-	if r.Duplicates > 0 {
-		why = append(why, fmt.Sprintf("%d duplicate replies", r.Duplicates))
-	}
-	if r.Unknown > 0 {
-		why = append(why, fmt.Sprintf("%d replies to unknown ids", r.Unknown))
-	}
+	why = append(why, r.Books.replyFaults()...)
 	if r.Unexplained > 0 {
 		why = append(why, fmt.Sprintf("%d error replies outside the kills' windows (%s in all)", r.Unexplained, errorsText(r.Books)))
 	}
@@ -162,24 +138,16 @@ func (r *SoakReport) Broken() string {
 }
 
 // Soak runs the scenario. The report holds what was measured even with an error.
-func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
+func Soak(ctx context.Context, o SoakOptions) (rep *SoakReport, err error) {
 	o = o.withDefaults()
-	rep := &SoakReport{Scenario: "soak", Clusters: o.Clusters, InFlight: o.InFlight, Rate: o.Rate,
+	rep = &SoakReport{Scenario: "soak", Clusters: o.Clusters, InFlight: o.InFlight, Rate: o.Rate,
 		SampleEvery: o.SampleEvery.Seconds(), options: o}
-	dir, err := os.MkdirTemp("", "sm-bench-")
+	sc, err := newScratch("sm-bench-", "soak.log", "")
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(dir)
-	logw, err := os.Create(filepath.Join(dir, "soak.log"))
-	if err != nil {
-		return rep, err
-	}
-	defer func() {
-		err = withLog(err, logw)
-		logw.Close()
-	}()
-	err = soak(ctx, o, dir, logw, rep)
+	defer func() { err = sc.close(err) }()
+	err = soak(ctx, o, sc, rep)
 	rep.judge()
 	if o.SamplesFile != "" {
 		if werr := rep.writeSamples(o.SamplesFile); err == nil {
@@ -198,40 +166,21 @@ type killWindow struct {
 
 const killGrace = time.Second
 
-func soak(ctx context.Context, o SoakOptions, dir string, logw io.Writer, rep *SoakReport) (err error) {
+func soak(ctx context.Context, o SoakOptions, sc *scratch, rep *SoakReport) (err error) {
 	admin, err := freeLoopbackAddr()
 	if err != nil {
 		return err
 	}
-	harnessArgv := []string{o.HarnessBin, "--simulate", "--connect-delay=0", "--event-interval=0"}
-	cfg, err := fleetConfig(dir, o.Clusters, 1, harnessArgv, admin)
+	f, err := newFleet(sc, o.HarnessBin, o.Clusters, 1, admin)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if n := reapLeftovers(cfg.Socket); n > 0 && err != nil {
-			err = fmt.Errorf("%w (killed %d cluster processes left behind)", err, n)
-		}
-	}()
+	defer func() { err = f.close(err) }()
 	fmt.Fprintf(o.Progress, "soak: starting sm-manager with %d clusters, metrics on %s\n", o.Clusters, admin)
-	mgr, err := startManager(o.ManagerBin, dir, cfg, logw)
-	if err != nil {
+	if err := f.start(ctx, o.ManagerBin); err != nil {
 		return err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			mgr.proc.stop(os.Kill, 5*time.Second)
-		}
-	}()
-	ctl, err := dialRetry(ctx, cfg.Socket, "sm-bench-control", false, nil)
-	if err != nil {
-		return mgr.proc.why(err)
-	}
-	defer func() { ctl.Close() }()
-	st, err := waitAllReady(ctx, ctl, startTimeout+time.Duration(o.Clusters)*100*time.Millisecond, 50*time.Millisecond, mgr.proc.exited, nil)
-	mgr.clusters = clusterPIDs(st)
-	if err != nil {
+	if _, err := f.waitReady(ctx, readyTimeout(o.Clusters), 50*time.Millisecond, nil); err != nil {
 		return err
 	}
 	if _, err := scrapeMetrics(ctx, admin, "go_goroutines"); err != nil {
@@ -239,9 +188,9 @@ func soak(ctx context.Context, o SoakOptions, dir string, logw io.Writer, rep *S
 	}
 
 	load, err := startClientLoad(ctx, clientLoadConfig{
-		socket: cfg.Socket, clients: 2, workers: o.InFlight, rate: o.Rate,
+		socket: f.cfg.Socket, clients: 2, workers: o.InFlight, rate: o.Rate,
 		target: clusterTarget(o.Clusters, o.InFlight), payload: echoPayload(o.PayloadBytes),
-		timeout: cfg.Requests.Timeout.Duration + 5*time.Second,
+		timeout: f.cfg.Requests.Timeout.Duration + 5*time.Second,
 	})
 	if err != nil {
 		return err
@@ -257,9 +206,9 @@ func soak(ctx context.Context, o SoakOptions, dir string, logw io.Writer, rep *S
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		sampleErr = soakSampler(runCtx, o, mgr.pid(), admin, start, rep)
+		sampleErr = soakSampler(runCtx, o, f.mgr.pid(), admin, start, rep)
 	}()
-	windows, actErr := soakActions(runCtx, o, ctl, mgr, start, rep)
+	windows, actErr := soakActions(runCtx, o, f.ctl, start, rep)
 	cancel()
 	wg.Wait()
 
@@ -269,17 +218,13 @@ func soak(ctx context.Context, o SoakOptions, dir string, logw io.Writer, rep *S
 	rep.Books = books
 	lat := load.latency()
 	rep.ReqPerS = float64(books.OK) / el.Seconds()
-	rep.P50US, rep.P99US, rep.MaxUS = micros(lat.Quantile(0.5)), micros(lat.Quantile(0.99)), micros(lat.Max())
+	rep.P50US, rep.P99US, rep.MaxUS = latencyUS(&lat)
 	rep.Unexplained = unexplained(load.failuresSoFar(), windows) + load.droppedFailures()
 
-	if st, err := mgrStatus(ctx, ctl, 5*time.Second); err == nil {
-		mgr.clusters = clusterPIDs(st)
-	}
-	ctl.Close()
+	f.refresh(ctx, 5*time.Second)
 	fmt.Fprintf(o.Progress, "soak: stopping sm-manager (SIGTERM)\n")
-	stopped = true
-	stopErr := mgr.stop(time.Minute)
-	rep.LeftBehind = reapLeftovers(cfg.Socket)
+	stopErr := f.stop(time.Minute)
+	rep.LeftBehind = f.reap()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -358,7 +303,7 @@ func runOver(ctx context.Context) bool {
 // soakActions kills a random cluster every KillEvery and deploys every
 // DeployEvery, one action at a time, until ctx is done. It returns the
 // windows in which the kills allow errors.
-func soakActions(ctx context.Context, o SoakOptions, ctl *ipc.Client, mgr *managerProc, start time.Time, rep *SoakReport) ([]killWindow, error) {
+func soakActions(ctx context.Context, o SoakOptions, ctl *ipc.Client, start time.Time, rep *SoakReport) ([]killWindow, error) {
 	var windows []killWindow
 	nextKill, nextDeploy := never, never
 	if o.KillEvery > 0 {
@@ -503,10 +448,7 @@ func (r *SoakReport) WriteJSON(w io.Writer) error { return json.NewEncoder(w).En
 
 func runSoakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := DefaultSoakOptions
-	fs := flag.NewFlagSet("sm-bench soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.ManagerBin, "manager-bin", "", "sm-manager binary (default: the one beside sm-bench, else $PATH)")
-	fs.StringVar(&o.HarnessBin, "harness-bin", "", "cluster-harness binary (default: the one beside sm-bench, else $PATH)")
+	fs := newScenarioFlags("soak", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of the run")
 	fs.IntVar(&o.Clusters, "clusters", o.Clusters, "clusters (one shard each)")
 	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "load workers, one request in flight each")
@@ -517,18 +459,9 @@ func runSoakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&o.DeployEvery, "deploy-every", o.DeployEvery, "deploy every cluster this often (0: never)")
 	fs.IntVar(&o.DeployParallel, "deploy-parallel", o.DeployParallel, "the deploys' max_parallel")
 	fs.StringVar(&o.SamplesFile, "samples", "", "write every sample to this CSV file")
-	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if o.Progress, err = fs.parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("soak: unexpected argument %q", fs.Arg(0))
-	}
-	if err := findBinaries(&o.ManagerBin, &o.HarnessBin); err != nil {
-		return err
-	}
-	if !*quiet {
-		o.Progress = stderr
 	}
 	rep, err := Soak(ctx, o)
 	return finishReport("soak", stdout, rep, rep.DurationS > 0, err)
