@@ -323,7 +323,10 @@ func (s *sim) handle(c *ipc.Client, f *ipc.Frame) {
 	}
 }
 
-// serve runs one business op in its own goroutine, unless the bot is quiescing.
+// serve runs one business op, unless the bot is quiescing: in its own
+// goroutine with --op-delay, on the reading goroutine without (an op with no
+// delay cannot block, and a goroutine per request was a quarter of the
+// harness's CPU under load: creating it, and growing its stack for the reply).
 func (s *sim) serve(c *ipc.Client, f *ipc.Frame) {
 	s.mu.Lock()
 	if s.st.quiescing {
@@ -334,18 +337,25 @@ func (s *sim) serve(c *ipc.Client, f *ipc.Frame) {
 	s.st.inFlight++
 	s.ops.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.ops.Done() // after the reply: QUIESCED must follow every reply
-		payload, perr := s.work(f)
-		s.mu.Lock()
-		s.st.inFlight--
-		s.st.requestsHandled++
-		hung := s.st.hung
-		s.mu.Unlock()
-		if !hung {
-			s.reply(c, f, payload, perr)
-		}
-	}()
+	if s.opts.OpDelay <= 0 {
+		s.finish(c, f)
+		return
+	}
+	go s.finish(c, f)
+}
+
+// finish does the op serve admitted and answers it.
+func (s *sim) finish(c *ipc.Client, f *ipc.Frame) {
+	defer s.ops.Done() // after the reply: QUIESCED must follow every reply
+	payload, perr := s.work(f)
+	s.mu.Lock()
+	s.st.inFlight--
+	s.st.requestsHandled++
+	hung := s.st.hung
+	s.mu.Unlock()
+	if !hung {
+		s.reply(c, f, payload, perr)
+	}
 }
 
 // work is the op itself, taking --op-delay unless the bot is stopping.

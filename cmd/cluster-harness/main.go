@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/sm-supervisor/sm/harness"
@@ -45,5 +47,27 @@ func run() error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
+	if dir := os.Getenv("SM_HARNESS_CPUPROFILE_DIR"); dir != "" {
+		stop, err := startCPUProfile(filepath.Join(dir, fmt.Sprintf("cluster-harness.%d.prof", os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return harness.Run(context.Background(), cfg)
+}
+
+// startCPUProfile writes a CPU profile to path until the returned stop is
+// called. SM_HARNESS_CPUPROFILE_DIR turns it on, one file per process, for
+// profiling a whole fleet under sm-bench (docs/harness.md).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
