@@ -162,6 +162,19 @@ func (m *Manager) deployProgress() {
 	m.metrics.deployDur.Observe(st.Finished.Sub(st.Started).Seconds())
 	m.log.Info("deploy finished", "deploy", st.ID, "generation", st.Generation, "state", st.State, "reason", st.Reason,
 		"took", st.Finished.Sub(st.Started).Round(time.Millisecond))
+	m.pruneSpecs()
+}
+
+// pruneSpecs forgets the commands of generations nothing runs or may respawn
+// any more, so that a manager deploying for months keeps a few, not one per
+// deploy.
+func (m *Manager) pruneSpecs() {
+	used := m.usedGenerations()
+	for g := range m.specs {
+		if !used[g] {
+			delete(m.specs, g)
+		}
+	}
 }
 
 // genRoutes is the routing table in the generation package's terms.

@@ -69,6 +69,26 @@ func (m *Manager) statePath() string {
 	return filepath.Join(m.cfg.State.Dir, stateFileName)
 }
 
+// usedGenerations are the generations whose command may still be needed: the
+// newest, each slot's (a restart respawns it), and every live process's.
+func (m *Manager) usedGenerations() map[int64]bool {
+	used := map[int64]bool{m.gen: true}
+	for _, t := range []*routeTable{m.table(), m.next} {
+		if t == nil {
+			continue
+		}
+		for _, s := range t.slots {
+			used[s.gen] = true
+		}
+	}
+	for _, p := range m.procs {
+		if p.state != procExited {
+			used[p.gen] = true
+		}
+	}
+	return used
+}
+
 // collectState describes the manager as it is now.
 func (m *Manager) collectState() savedState {
 	t := m.table()
@@ -79,15 +99,11 @@ func (m *Manager) collectState() savedState {
 	for _, s := range t.slots {
 		st.SlotGens = append(st.SlotGens, s.gen)
 	}
-	used := map[int64]bool{m.gen: true}
-	for _, g := range st.SlotGens {
-		used[g] = true
-	}
+	used := m.usedGenerations()
 	for _, p := range m.procs {
 		if p.state == procExited || p.startTime == 0 {
 			continue
 		}
-		used[p.gen] = true
 		st.Procs = append(st.Procs, savedProc{
 			Cluster: p.cluster, Generation: p.gen, PID: p.pid(), StartTime: p.startTime,
 			TokenHash: p.tokenHash, Topology: p.slot.topo, ShardFirst: p.slot.first, ShardLast: p.slot.last,

@@ -1,0 +1,13 @@
+package manager
+
+// SpecCount is the number of generation commands m keeps, read on its loop.
+func SpecCount(m *Manager) int {
+	res := make(chan int, 1)
+	m.post(evFunc(func(m *Manager) { res <- len(m.specs) }))
+	return <-res
+}
+
+// evFunc runs a function on the loop (tests only).
+type evFunc func(*Manager)
+
+func (f evFunc) apply(m *Manager) { f(m) }
