@@ -1,5 +1,10 @@
 // Package unixsock creates the manager's Unix socket safely and tells who is on
 // the other end of a connection.
+//
+// Listen binds the socket in a private directory beside its path, sets its
+// mode there, and only then links it into place, so the socket is never
+// reachable at its path under a mode other than the one asked for. The umask
+// is left alone: it is process-wide, and other goroutines create files too.
 package unixsock
 
 import (
@@ -9,6 +14,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -16,28 +23,154 @@ import (
 // ErrInUse means another process is serving on the socket path.
 var ErrInUse = errors.New("socket is in use by a live process")
 
+// maxPath is the longest socket path a sockaddr_un holds, as config
+// validation counts it.
+const maxPath = 107
+
+// sockName is the socket's name in its private directory.
+const sockName = "s"
+
+// Listener is a Unix listener made by Listen. It is the *net.UnixListener
+// bound in the private directory, except that Addr reports the path the
+// socket was published at, and Close removes that path if it still names
+// this socket. Accepted connections' LocalAddr is the private name, which is
+// gone by the time Listen returns.
+type Listener struct {
+	*net.UnixListener
+	path     string
+	dev, ino uint64
+	keep     atomic.Bool // SetUnlinkOnClose(false)
+	unlink   sync.Once
+}
+
 // Listen creates a Unix stream socket at path with the given mode. A socket left
 // at path is removed only if a dial to it is refused: a live manager's socket
 // is never stolen. Anything else at path (a file, a directory, a symlink) is
 // not a stale socket and is left alone: an error wrapping fs.ErrExist. The
-// parent directory is created (0750) if missing, and the mode is set before the
-// listener is returned, so no connection is accepted under a looser one.
-func Listen(path string, mode os.FileMode) (*net.UnixListener, error) {
+// parent directory is created (0750) if missing.
+//
+// The socket is bound at a temporary name in a new 0700 directory beside
+// path, given its mode there, and then hard-linked at path, so no client can
+// reach it at path under a looser mode, whatever the umask. The link fails
+// rather than replace what another process created at path meanwhile (a
+// racing Listen's socket): an error wrapping ErrInUse and fs.ErrExist. The temporary name and directory
+// are removed before Listen returns, on error too.
+func Listen(path string, mode os.FileMode) (*Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	if err := removeStale(path); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := publish(path, mode)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	if err := os.Chmod(path, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("listen %s: chmod: %w", path, err)
+	return l, nil
+}
+
+// publish binds a socket with mode in a private directory next to path and
+// links it at path. It removes the directory whatever happens.
+func publish(path string, mode os.FileMode) (*Listener, error) {
+	// Same directory, so same file system: a hard link needs it.
+	tmp, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".")
+	if err != nil {
+		return nil, fmt.Errorf("private directory: %w", err)
 	}
-	return ln, nil
+	ln, st, err := bindIn(tmp, mode)
+	var l *Listener
+	if err == nil {
+		if err = os.Link(filepath.Join(tmp, sockName), path); err == nil {
+			l = &Listener{UnixListener: ln, path: path, dev: uint64(st.Dev), ino: uint64(st.Ino)}
+		} else if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w: created at the path while this socket was bound (%w)", ErrInUse, err)
+		}
+	}
+	if rerr := os.RemoveAll(tmp); rerr != nil && err == nil {
+		err = fmt.Errorf("remove private directory: %w", rerr)
+	}
+	if err != nil {
+		switch {
+		case l != nil:
+			l.Close()
+		case ln != nil:
+			ln.Close()
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// bindIn binds a listening socket at sockName in dir and sets its mode. It
+// returns the socket file's stat, which identifies it under any name.
+func bindIn(dir string, mode os.FileMode) (*net.UnixListener, *syscall.Stat_t, error) {
+	name := filepath.Join(dir, sockName)
+	bindName := name
+	if len(name) > maxPath {
+		// The private directory made a path that fits sun_path too long for
+		// it: bind through the directory's descriptor, as systemd does.
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer d.Close()
+		bindName = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), sockName)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bindName, Net: "unix"})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Listener.Close removes the published path; the private name is gone
+	// by then, and another Listen's directory may reuse it.
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(name, mode); err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("chmod: %w", err)
+	}
+	fi, err := os.Lstat(name)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		ln.Close()
+		return nil, nil, fmt.Errorf("stat %s: no inode (%T)", name, fi.Sys())
+	}
+	return ln, st, nil
+}
+
+// Addr returns the path the socket was published at.
+func (l *Listener) Addr() net.Addr {
+	return &net.UnixAddr{Name: l.path, Net: "unix"}
+}
+
+// SetUnlinkOnClose sets whether Close removes the socket's path; it does
+// unless told otherwise.
+func (l *Listener) SetUnlinkOnClose(unlink bool) { l.keep.Store(!unlink) }
+
+// Close removes the socket's path if it still names this socket, never a
+// successor's, then stops listening. Only the first Close removes anything.
+func (l *Listener) Close() error {
+	// Checked while the socket is still open: until then it answers dials,
+	// so no Listen removes it as stale or links another in its place, and
+	// its inode cannot be reused.
+	l.unlink.Do(func() {
+		if !l.keep.Load() && l.owns() {
+			os.Remove(l.path)
+		}
+	})
+	return l.UnixListener.Close()
+}
+
+// owns reports whether l.path names l's socket file.
+func (l *Listener) owns() bool {
+	fi, err := os.Lstat(l.path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(st.Dev) == l.dev && uint64(st.Ino) == l.ino
 }
 
 // removeStale removes the socket at path if nothing serves it. Only a refused

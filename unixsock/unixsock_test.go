@@ -9,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +52,7 @@ func sockPath(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "sm.sock")
 }
 
-func listen(t *testing.T, path string, mode os.FileMode) *net.UnixListener {
+func listen(t *testing.T, path string, mode os.FileMode) *unixsock.Listener {
 	t.Helper()
 	ln, err := unixsock.Listen(path, mode)
 	if err != nil {
@@ -93,24 +96,156 @@ func roundTrip(t *testing.T, ln net.Listener, path string) {
 	}
 }
 
-func TestListenMode(t *testing.T) {
-	for _, mode := range []os.FileMode{0o600, 0o660, 0o666, 0o700} {
-		t.Run(mode.String(), func(t *testing.T) {
-			path := sockPath(t)
-			ln := listen(t, path, mode)
-			fi, err := os.Lstat(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.Mode().Type() != fs.ModeSocket {
-				t.Errorf("%s is %v, want a socket", path, fi.Mode())
-			}
-			if got := fi.Mode().Perm(); got != mode {
-				t.Errorf("mode %v, want %v", got, mode)
-			}
-			roundTrip(t, ln, path)
-		})
+// setUmask sets the process umask for the rest of the test. Tests that call
+// it do not run in parallel: the umask is process-wide.
+func setUmask(t *testing.T, mask int) {
+	t.Helper()
+	old := syscall.Umask(mask)
+	t.Cleanup(func() { syscall.Umask(old) })
+}
+
+// onlyEntries fails unless dir holds exactly the names want: nothing of
+// Listen's private directory is left behind.
+func onlyEntries(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	var got []string
+	for _, e := range mustReadDir(t, dir) {
+		got = append(got, e.Name())
 	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s holds %q, want %q", dir, got, want)
+	}
+}
+
+func TestListenMode(t *testing.T) {
+	for _, umask := range []int{0, 0o022} {
+		for _, mode := range []os.FileMode{0o600, 0o660, 0o666, 0o700} {
+			t.Run(fmt.Sprintf("umask %03o mode %v", umask, mode), func(t *testing.T) {
+				setUmask(t, umask)
+				path := sockPath(t)
+				ln := listen(t, path, mode)
+				fi, err := os.Lstat(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Type() != fs.ModeSocket {
+					t.Errorf("%s is %v, want a socket", path, fi.Mode())
+				}
+				if got := fi.Mode().Perm(); got != mode {
+					t.Errorf("mode %v, want %v", got, mode)
+				}
+				if got := ln.Addr(); got.Network() != "unix" || got.String() != path {
+					t.Errorf("Addr() = %s %s, want unix %s", got.Network(), got, path)
+				}
+				onlyEntries(t, filepath.Dir(path), filepath.Base(path))
+				roundTrip(t, ln, path)
+			})
+		}
+	}
+}
+
+// TestListenNeverLooser watches the path through many Listen and Close
+// cycles under umask 0, which would make a freshly bound socket 0777: the
+// socket must never be seen there with any mode but the one asked for.
+func TestListenNeverLooser(t *testing.T) {
+	setUmask(t, 0)
+	const mode = 0o600
+	path := sockPath(t)
+	stop := make(chan struct{})
+	type seen struct {
+		sockets int
+		bad     []os.FileMode
+	}
+	done := make(chan seen, 1)
+	go func() {
+		var s seen
+		for {
+			select {
+			case <-stop:
+				done <- s
+				return
+			default:
+			}
+			fi, err := os.Lstat(path)
+			if err != nil || fi.Mode().Type() != fs.ModeSocket {
+				continue
+			}
+			s.sockets++
+			if fi.Mode().Perm() != mode && len(s.bad) < 10 {
+				s.bad = append(s.bad, fi.Mode())
+			}
+		}
+	}()
+	for i := range 200 {
+		ln, err := unixsock.Listen(path, mode)
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		ln.Close()
+	}
+	close(stop)
+	s := <-done
+	if len(s.bad) > 0 {
+		t.Errorf("saw the socket with modes %v, want only %v", s.bad, os.FileMode(mode))
+	}
+	if s.sockets == 0 {
+		t.Log("the poller never caught the socket at the path")
+	}
+	onlyEntries(t, filepath.Dir(path))
+}
+
+// TestListenDialAtOnce: a client that dials the moment Listen returns
+// reaches the listener through the published name.
+func TestListenDialAtOnce(t *testing.T) {
+	path := sockPath(t)
+	for i := range 50 {
+		ln, err := unixsock.Listen(path, 0o600)
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			ln.Close()
+			t.Fatalf("cycle %d: dial: %v", i, err)
+		}
+		ln.SetDeadline(time.Now().Add(5 * time.Second))
+		s, err := ln.Accept()
+		if err != nil {
+			c.Close()
+			ln.Close()
+			t.Fatalf("cycle %d: accept: %v", i, err)
+		}
+		cred, err := unixsock.PeerCred(s)
+		if err != nil || cred.PID != os.Getpid() {
+			t.Errorf("cycle %d: PeerCred = %+v, %v", i, cred, err)
+		}
+		s.Close()
+		c.Close()
+		ln.Close()
+	}
+	onlyEntries(t, filepath.Dir(path))
+}
+
+// TestListenLongPath: a path as long as a socket path may be still binds,
+// though the private name beside it is longer.
+func TestListenLongPath(t *testing.T) {
+	dir := t.TempDir()
+	n := 107 - len(dir) - 1
+	if n < 1 {
+		t.Skipf("temp dir %s leaves no room", dir)
+	}
+	path := filepath.Join(dir, strings.Repeat("s", n))
+	ln := listen(t, path, 0o660)
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket at %s: %v, %v", path, fi, err)
+	}
+	onlyEntries(t, dir, filepath.Base(path))
+	roundTrip(t, ln, path)
+	ln.Close()
+	onlyEntries(t, dir)
 }
 
 func TestListenCreatesParent(t *testing.T) {
@@ -136,6 +271,135 @@ func TestListenClosedUnlinks(t *testing.T) {
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket file after Close: %v, want it removed", err)
 	}
+	onlyEntries(t, filepath.Dir(path))
+	if err := ln.Close(); err == nil {
+		t.Error("second Close succeeded, want an error")
+	}
+}
+
+func TestListenSetUnlinkOnClose(t *testing.T) {
+	path := sockPath(t)
+	ln, err := unixsock.Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		t.Errorf("socket file after Close with SetUnlinkOnClose(false): %v, %v; want it kept", fi, err)
+	}
+	onlyEntries(t, filepath.Dir(path), filepath.Base(path))
+}
+
+// TestListenCloseSparesSuccessor: a socket that took over the path (ours was
+// removed behind our back) is not ours to remove on Close.
+func TestListenCloseSparesSuccessor(t *testing.T) {
+	path := sockPath(t)
+	ln, err := unixsock.Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	next, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	before, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ln.Close()
+	after, err := os.Lstat(path)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("successor's socket after our Close: %v, %v; want it untouched", after, err)
+	}
+	roundTrip(t, next, path)
+}
+
+// TestListenFailureLeavesNothing: a Listen that fails leaves no private
+// directory or name behind, and what was at the path as it was.
+func TestListenFailureLeavesNothing(t *testing.T) {
+	t.Run("parent is a file", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "run"), "")
+		ln, err := unixsock.Listen(filepath.Join(dir, "run", "sm.sock"), 0o600)
+		if err == nil {
+			ln.Close()
+			t.Fatal("Listen under a file succeeded")
+		}
+		onlyEntries(t, dir, "run")
+	})
+	t.Run("live socket", func(t *testing.T) {
+		path := sockPath(t)
+		live, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer live.Close()
+		ln, err := unixsock.Listen(path, 0o600)
+		if !errors.Is(err, unixsock.ErrInUse) {
+			if ln != nil {
+				ln.Close()
+			}
+			t.Fatalf("Listen over a live socket = %v, want ErrInUse", err)
+		}
+		onlyEntries(t, filepath.Dir(path), filepath.Base(path))
+	})
+}
+
+// TestListenRace: of several Listens racing for one path, one wins; the
+// others fail with ErrInUse, whether they found the winner's socket when
+// they probed or only when they linked theirs, and leave nothing behind.
+func TestListenRace(t *testing.T) {
+	const racers = 8
+	var linkLost int
+	for round := range 30 {
+		path := sockPath(t)
+		var wg sync.WaitGroup
+		lns := make([]*unixsock.Listener, racers)
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				lns[i], errs[i] = unixsock.Listen(path, 0o600)
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner *unixsock.Listener
+		for i, err := range errs {
+			switch {
+			case err == nil && winner == nil:
+				winner = lns[i]
+			case err == nil:
+				lns[i].Close()
+				t.Errorf("round %d: two Listens won", round)
+			case !errors.Is(err, unixsock.ErrInUse):
+				t.Errorf("round %d: loser's error %v, want ErrInUse", round, err)
+			case errors.Is(err, fs.ErrExist):
+				linkLost++
+			}
+		}
+		if winner == nil {
+			t.Fatalf("round %d: no Listen won: %v", round, errs)
+		}
+		onlyEntries(t, filepath.Dir(path), filepath.Base(path))
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Errorf("round %d: dial the winner: %v", round, err)
+		} else {
+			c.Close()
+		}
+		winner.Close()
+		onlyEntries(t, filepath.Dir(path))
+	}
+	t.Logf("%d losers lost at the link, the rest at the probe", linkLost)
 }
 
 func TestListenReplacesStaleSocket(t *testing.T) {
@@ -301,8 +565,22 @@ func TestListenNotASocket(t *testing.T) {
 				t.Errorf("err = %v, want fs.ErrExist", err)
 			}
 			tt.check(t, path)
+			for _, e := range mustReadDir(t, filepath.Dir(path)) {
+				if !strings.HasPrefix(e.Name(), filepath.Base(path)) {
+					t.Errorf("left behind: %s", e.Name())
+				}
+			}
 		})
 	}
+}
+
+func mustReadDir(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ents
 }
 
 func writeFile(t *testing.T, path, content string) {
