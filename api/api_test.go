@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 func TestHealthReadyAndStatus(t *testing.T) {
@@ -29,7 +27,7 @@ func TestHealthReadyAndStatus(t *testing.T) {
 	}
 
 	m := startManager(t, cfg)
-	m.waitReady(0, 1, 2, 3)
+	m.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 	r := a.get("/v1/status")
 	want(t, "status", r, 200, "")
@@ -119,7 +117,7 @@ func TestGuild(t *testing.T) {
 	cfg := testConfig(t, nil)
 	m := startManager(t, cfg)
 	a := startAPI(t, cfg)
-	before := m.waitReady(0, 1, 2, 3)
+	before := m.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 	for shard := range 8 {
 		g := guildOn(shard, 8)
@@ -158,7 +156,7 @@ func TestGuild(t *testing.T) {
 		Restarts int    `json:"restarts"`
 		Source   string `json:"source"`
 	}
-	waitFor(t, 10*time.Second, "guild on a respawned cluster", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "guild on a respawned cluster", func() bool {
 		r := a.get(fmt.Sprintf("/v1/guilds/%d", g))
 		json.Unmarshal(r.body, &info)
 		return r.code == 200 && info.PID != old && info.PID != 0 && info.Ready
@@ -166,7 +164,7 @@ func TestGuild(t *testing.T) {
 	if info.Restarts < 1 || info.Source != "watch" {
 		t.Fatalf("after respawn: %+v", info)
 	}
-	if got := m.status().Clusters[1].PID; got != info.PID {
+	if got := m.MustStatus().Clusters[1].PID; got != info.PID {
 		t.Fatalf("sm-api says pid %d, manager %d", info.PID, got)
 	}
 }
@@ -174,10 +172,10 @@ func TestGuild(t *testing.T) {
 func TestDeployOverHTTP(t *testing.T) {
 	cfg := testConfig(t, nil)
 	cfg.API.MaxBodyBytes = 256
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	m := startManager(t, cfg)
 	a := startAPI(t, cfg)
-	before := m.waitReady(0, 1, 2, 3)
+	before := m.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 
 	want(t, "deploy before any", a.get("/v1/deploys/latest"), 404, "not_found")
@@ -194,7 +192,7 @@ func TestDeployOverHTTP(t *testing.T) {
 	// The new generation takes a while to connect, so a second DEPLOY meets this one.
 	next := *cfg
 	next.Cluster.Command = append(append([]string(nil), cfg.Cluster.Command...), "--connect-delay=60ms")
-	writeConfig(t, &next)
+	testenv.WriteConfig(t, &next)
 	r := a.post("/v1/deploy", `{"max_parallel":2}`)
 	want(t, "deploy", r, 202, "")
 	var started struct {
@@ -211,7 +209,7 @@ func TestDeployOverHTTP(t *testing.T) {
 	// Follow it to the end.
 	var dep generation.Status
 	phases := map[generation.Phase]bool{}
-	waitFor(t, 20*time.Second, "deploy finished", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "deploy finished", func() bool {
 		r := a.get("/v1/deploys/" + started.DeployID)
 		if r.code != 200 {
 			t.Fatalf("follow deploy: %v", r)
@@ -237,14 +235,14 @@ func TestDeployOverHTTP(t *testing.T) {
 		t.Errorf("followed only phases %v: the deploy was not seen in progress", phases)
 	}
 	want(t, "latest deploy", a.get("/v1/deploys/latest"), 200, "")
-	after := m.waitReady(0, 1, 2, 3)
+	after := m.WaitReady(0, 1, 2, 3)
 	for i, c := range after.Clusters {
 		if c.Generation != 2 || c.PID == before.Clusters[i].PID {
 			t.Errorf("cluster %d after deploy: %+v", i, c)
 		}
 	}
 	// And the guild view follows the new generation.
-	waitFor(t, 5*time.Second, "guild on generation 2", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "guild on generation 2", func() bool {
 		r := a.get(fmt.Sprintf("/v1/guilds/%d", guildOn(5, 8)))
 		return r.code == 200 && strings.Contains(string(r.body), `"generation":2,`) && strings.Contains(string(r.body), `"ready":true`)
 	})
@@ -261,7 +259,7 @@ func degraded(t *testing.T) *apiServer {
 	cfg.API.MaxBodyBytes = 64 << 10
 	m := startManager(t, cfg)
 	a := startAPI(t, cfg)
-	m.waitReady(0, 1, 3)
+	m.WaitReady(0, 1, 3)
 	a.waitSynced()
 	return a
 }
@@ -378,33 +376,15 @@ func TestMetrics(t *testing.T) {
 		if r.code != 200 {
 			t.Fatalf("scrape: %v", r)
 		}
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
+		out, err := testenv.Metrics(bytes.NewReader(r.body))
 		if err != nil {
 			t.Fatalf("scrape does not parse: %v\n%s", err, r.body)
 		}
-		out := map[string]float64{}
-		for name, f := range fams {
-			for _, m := range f.Metric {
-				key := name
-				for _, l := range m.Label {
-					key += fmt.Sprintf(",%s=%s", l.GetName(), l.GetValue())
-				}
-				switch {
-				case m.Counter != nil:
-					out[key] = m.Counter.GetValue()
-				case m.Gauge != nil:
-					out[key] = m.Gauge.GetValue()
-				case m.Histogram != nil:
-					out[key+",count"] = float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
 		return out
 	}
-	const okStatus = "sm_api_http_requests_total,code=200,method=GET,route=GET /v1/status"
-	const unauth = "sm_api_http_requests_total,code=401,method=GET,route=GET /v1/status"
-	const latency = "sm_api_http_request_duration_seconds,method=GET,route=GET /v1/status,count"
+	const okStatus = "sm_api_http_requests_total{code=200,method=GET,route=GET /v1/status}"
+	const unauth = "sm_api_http_requests_total{code=401,method=GET,route=GET /v1/status}"
+	const latency = "sm_api_http_request_duration_seconds_count{method=GET,route=GET /v1/status}"
 	before := scrape()
 	for range 3 {
 		want(t, "status", a.get("/v1/status"), 200, "")
@@ -429,7 +409,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("sm_api_http_requests_in_flight = %v (present %v), want 1", v, ok)
 	}
 	a.get("/v1/guilds/123/x/y")
-	if after := scrape(); after["sm_api_http_requests_total,code=404,method=GET,route=unmatched"] != 1 {
+	if after := scrape(); after["sm_api_http_requests_total{code=404,method=GET,route=unmatched}"] != 1 {
 		t.Errorf("unmatched request not counted under route=unmatched")
 	}
 }

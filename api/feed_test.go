@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 // A feed that drops sm-api (it fell limits.feed_buffer events behind) is
@@ -15,7 +17,7 @@ func TestFeedDroppedResync(t *testing.T) {
 	cfg.Limits.FeedBuffer = 1
 	m := startManager(t, cfg)
 	a := startAPI(t, cfg)
-	st := m.waitReady(0, 1, 2, 3)
+	st := m.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 	lost := func() string {
 		r := a.do("GET", "/metrics", "-", nil)
@@ -33,8 +35,8 @@ func TestFeedDroppedResync(t *testing.T) {
 			syscall.Kill(c.PID, syscall.SIGKILL)
 			killed[c.PID] = true
 		}
-		waitFor(t, 10*time.Second, "all clusters respawned", func() bool {
-			st = m.waitReady(0, 1, 2, 3)
+		testenv.WaitFor(t, 10*time.Second, "all clusters respawned", func() bool {
+			st = m.WaitReady(0, 1, 2, 3)
 			for _, c := range st.Clusters {
 				if killed[c.PID] {
 					return false
@@ -48,7 +50,7 @@ func TestFeedDroppedResync(t *testing.T) {
 		t.Fatal("the feed never dropped sm-api: the test did not test anything")
 	}
 	a.waitSynced()
-	waitFor(t, 5*time.Second, "guild from the resynced watch", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "guild from the resynced watch", func() bool {
 		r := a.get(fmt.Sprintf("/v1/guilds/%d", guildOn(0, 8)))
 		return r.code == 200 && strings.Contains(string(r.body), fmt.Sprintf(`"pid":%d,`, st.Clusters[0].PID)) &&
 			strings.Contains(string(r.body), `"source":"watch"`)

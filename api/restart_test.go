@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 // The manager goes away and comes back on the same socket: meanwhile sm-api
@@ -14,7 +16,7 @@ func TestManagerRestart(t *testing.T) {
 	cfg := testConfig(t, map[string]string{"SM_HARNESS_FLAGS_1": "--op-delay=300ms"})
 	m1 := startManager(t, cfg)
 	a := startAPI(t, cfg)
-	m1.waitReady(0, 1, 2, 3)
+	m1.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 	want(t, "ping before", a.post("/v1/clusters/0/ops/ping", ""), 200, "")
 
@@ -32,13 +34,13 @@ func TestManagerRestart(t *testing.T) {
 		})
 	}
 	time.Sleep(50 * time.Millisecond)
-	m1.stop()
+	m1.Stop()
 	wg.Wait()
 
 	// Down: sm-api sees its connection end within moments, and from then on
 	// every endpoint that needs the manager answers 503 at once.
 	stopped := time.Now()
-	waitFor(t, time.Second, "readyz 503 after the manager stopped", func() bool {
+	testenv.WaitFor(t, time.Second, "readyz 503 after the manager stopped", func() bool {
 		return a.do("GET", "/readyz", "-", nil).code == 503
 	})
 	t.Logf("readyz 503 %v after the manager's Run returned", time.Since(stopped).Round(time.Millisecond))
@@ -63,15 +65,15 @@ func TestManagerRestart(t *testing.T) {
 	// Back: a new manager on the same socket path; sm-api finds it.
 	start := time.Now()
 	m2 := startManager(t, cfg)
-	waitFor(t, 5*time.Second, "readyz after restart", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "readyz after restart", func() bool {
 		return a.do("GET", "/readyz", "-", nil).code == 200
 	})
 	t.Logf("sm-api registered again %v after the new manager started", time.Since(start).Round(time.Millisecond))
-	st := m2.waitReady(0, 1, 2, 3)
+	st := m2.WaitReady(0, 1, 2, 3)
 	a.waitSynced()
 	want(t, "ping after", a.post("/v1/clusters/0/ops/ping", ""), 200, "")
 	want(t, "status after", a.get("/v1/status"), 200, "")
-	waitFor(t, 5*time.Second, "guild view of the new manager", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "guild view of the new manager", func() bool {
 		r := a.get(fmt.Sprintf("/v1/guilds/%d", guildOn(2, 8)))
 		return r.code == 200 && strings.Contains(string(r.body), fmt.Sprintf(`"pid":%d,`, st.Clusters[1].PID))
 	})

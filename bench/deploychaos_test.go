@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -17,22 +15,10 @@ import (
 // (about a minute together): small, but every invariant is checked, and the
 // timing bounds are generous, since it runs under -race on a loaded machine.
 func TestDeployAndChaosShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	bins := []string{"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"), "-q"}
-
 	t.Run("deploy", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		var out, errw bytes.Buffer
-		err := Main(ctx, append([]string{"deploy", "--clusters=8", "--deploys=2", "--inflight=16", "--settle=500ms"}, bins...), &out, &errw)
-		t.Logf("output:\n%s%s", &out, &errw)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := runScenario(t, 3*time.Minute, "deploy", "-q", "--clusters=8", "--deploys=2", "--inflight=16", "--settle=500ms")
 		var rep DeployReport
-		jsonLine(t, &out, &rep)
+		jsonLine(t, out, &rep)
 		if rep.Scenario != "deploy" || len(rep.Deploys) != 2 || rep.Swaps != 16 || len(rep.Failures) > 0 {
 			t.Fatalf("report: %d deploys, %d swaps, failures %v", len(rep.Deploys), rep.Swaps, rep.Failures)
 		}
@@ -50,16 +36,9 @@ func TestDeployAndChaosShort(t *testing.T) {
 	})
 
 	t.Run("chaos", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		var out, errw bytes.Buffer
-		err := Main(ctx, append([]string{"chaos", "--clusters=6", "--duration=20s", "--kill-every=2s", "--inflight=12"}, bins...), &out, &errw)
-		t.Logf("output:\n%s%s", &out, &errw)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := runScenario(t, 3*time.Minute, "chaos", "-q", "--clusters=6", "--duration=20s", "--kill-every=2s", "--inflight=12")
 		var rep ChaosReport
-		jsonLine(t, &out, &rep)
+		jsonLine(t, out, &rep)
 		if rep.Scenario != "chaos" || len(rep.Failures) > 0 {
 			t.Fatalf("failures: %v", rep.Failures)
 		}
@@ -73,25 +52,6 @@ func TestDeployAndChaosShort(t *testing.T) {
 			t.Errorf("procs %+v", rep.Procs)
 		}
 	})
-}
-
-// jsonLine decodes the output's JSON line into v.
-func jsonLine(t *testing.T, out *bytes.Buffer, v any) {
-	t.Helper()
-	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	n := 0
-	for sc.Scan() {
-		if line := sc.Bytes(); bytes.HasPrefix(line, []byte("{")) {
-			n++
-			if err := json.Unmarshal(line, v); err != nil {
-				t.Fatalf("JSON line %s: %v", line, err)
-			}
-		}
-	}
-	if n != 1 {
-		t.Fatalf("%d JSON lines, want 1", n)
-	}
 }
 
 func TestLoadLanes(t *testing.T) {

@@ -1,41 +1,25 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 // TestFeedScenario runs the feed scenario small: every subscriber must hear
 // heartbeats, none may be dropped, and the figures must be there.
 func TestFeedScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	err := Main(ctx, []string{"feed",
-		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"),
+	out := runScenario(t, 3*time.Minute, "feed",
 		"--clusters=4", "--subscribers=50", "--heartbeat=500ms",
-		"--warmup=500ms", "--duration=2s", "--idle-sample=500ms",
-	}, &out, &progress)
-	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+		"--warmup=500ms", "--duration=2s", "--idle-sample=500ms")
 	var reps []FeedReport
-	for _, line := range jsonLines(t, &out) {
+	for _, line := range jsonLines(t, out) {
 		var r FeedReport
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("JSON line %s: %v", line, err)
@@ -63,24 +47,11 @@ func TestFeedScenario(t *testing.T) {
 // TestAPIScenario runs the api scenario small: no error on any route, and
 // every case has figures.
 func TestAPIScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	apiBin := buildSMAPI(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	err := Main(ctx, []string{"api",
-		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"), "--api-bin", apiBin,
-		"--clusters=2", "--concurrency=1,4", "--duration=1s", "--warmup=200ms",
-	}, &out, &progress)
-	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := runScenario(t, 3*time.Minute, "api", "--api-bin", testenv.Bin("sm-api"),
+		"--clusters=2", "--concurrency=1,4", "--duration=1s", "--warmup=200ms")
 	cases := map[string]int{}
 	summaries := 0
-	for _, line := range jsonLines(t, &out) {
+	for _, line := range jsonLines(t, out) {
 		var c APICase
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatalf("JSON line %s: %v", line, err)
@@ -106,36 +77,6 @@ func TestAPIScenario(t *testing.T) {
 	if cases[APIRouteSocket] != 2 || cases[APIRouteGuild] != 2 || cases[APIRouteOp] != 2 || summaries != 2 {
 		t.Fatalf("got cases %v and %d summaries; want 2 of each route and 2 summaries", cases, summaries)
 	}
-}
-
-var (
-	smAPIOnce sync.Once
-	smAPIErr  error
-)
-
-// buildSMAPI builds sm-api beside the other binaries, once.
-func buildSMAPI(t *testing.T) string {
-	smAPIOnce.Do(func() {
-		build := exec.Command("go", "build", "-o", bin("sm-api"), "../cmd/sm-api")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		smAPIErr = build.Run()
-	})
-	if smAPIErr != nil {
-		t.Fatalf("build sm-api: %v", smAPIErr)
-	}
-	return bin("sm-api")
-}
-
-func jsonLines(t *testing.T, r io.Reader) []string {
-	t.Helper()
-	var lines []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "{") {
-			lines = append(lines, sc.Text())
-		}
-	}
-	return lines
 }
 
 func TestEventTime(t *testing.T) {

@@ -1,41 +1,67 @@
 package bench
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
 	"testing"
+	"time"
 
-	"go.uber.org/goleak"
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
-// binDir holds sm-manager and cluster-harness, built once for the test run.
-var binDir string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sm-bench-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", "../cmd/sm-manager", "../cmd/cluster-harness")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build binaries:", err)
-		os.RemoveAll(dir)
-		os.Exit(2)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testenv.Main(m, "../cmd/sm-manager", "../cmd/cluster-harness", "../cmd/sm-api")
 }
 
-func bin(name string) string { return filepath.Join(binDir, name) }
+// runScenario runs sm-bench's scenario args[0] with the rest of args against the
+// binaries TestMain built, within timeout, logs what it printed, and returns
+// its output. It fails the test if the run fails, and is skipped under -short.
+func runScenario(t *testing.T, timeout time.Duration, args ...string) *bytes.Buffer {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	bins := []string{"--manager-bin", testenv.Bin("sm-manager"), "--harness-bin", testenv.Bin("cluster-harness")}
+	var out, progress bytes.Buffer
+	err := Main(ctx, append(append(args[:1:1], bins...), args[1:]...), &out, &progress)
+	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// jsonLines returns the lines of r that are JSON objects (that start with {).
+func jsonLines(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var lines []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "{") {
+			lines = append(lines, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// jsonLine decodes the output's one JSON line into v.
+func jsonLine(t *testing.T, r io.Reader, v any) {
+	t.Helper()
+	lines := jsonLines(t, r)
+	if len(lines) != 1 {
+		t.Fatalf("%d JSON lines, want 1", len(lines))
+	}
+	if err := json.Unmarshal([]byte(lines[0]), v); err != nil {
+		t.Fatalf("JSON line %s: %v", lines[0], err)
+	}
+}

@@ -1,11 +1,7 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 )
@@ -16,27 +12,10 @@ import (
 // duplicated, and nothing is left running. Times are not asserted: a loaded
 // machine under -race makes them meaningless.
 func TestManagerKillScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	err := Main(ctx, []string{"manager-kill",
-		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"),
-		"--clusters=8", "--kills=1", "--inflight=8", "--rate=400", "--settle=500ms", "--after=500ms",
-	}, &out, &progress)
-	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := runScenario(t, 2*time.Minute, "manager-kill",
+		"--clusters=8", "--kills=1", "--inflight=8", "--rate=400", "--settle=500ms", "--after=500ms")
 	var kills, summaries int
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
+	for _, line := range jsonLines(t, out) {
 		var c struct {
 			KillCase
 			LeftBehind int `json:"left_behind"`

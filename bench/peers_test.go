@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -71,36 +68,22 @@ func TestReadPeerLines(t *testing.T) {
 // It needs node and an installed bench/peers (npm ci there); without them it
 // is skipped, so that go test never depends on npm or the network.
 func TestPeerComparison(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not on $PATH")
 	}
 	if _, err := os.Stat(filepath.Join("peers", "node_modules", peerName)); err != nil {
 		t.Skip("bench/peers/node_modules is missing (npm ci in bench/peers)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	err := Main(ctx, []string{"route",
-		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"),
-		"--inflight=4", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--peers",
-	}, &out, &progress)
-	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := runScenario(t, 2*time.Minute, "route",
+		"--inflight=4", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--peers")
 	text := out.String()
 	var cases, summaries int
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Bytes()
+	for _, line := range jsonLines(t, strings.NewReader(text)) {
 		var c struct {
 			PeerCase
 			Fastest bool `json:"fastest"`
 		}
-		if !bytes.HasPrefix(line, []byte(`{`)) || json.Unmarshal(line, &c) != nil {
+		if json.Unmarshal([]byte(line), &c) != nil {
 			continue
 		}
 		switch c.Path {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,29 +12,12 @@ import (
 // TestRouteScenario runs the whole route scenario, briefly, against freshly
 // built binaries: it must finish with exact books and non-zero figures.
 func TestRouteScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	err := Main(ctx, []string{"route",
-		"--manager-bin", bin("sm-manager"), "--harness-bin", bin("cluster-harness"),
+	out := runScenario(t, 2*time.Minute, "route",
 		"--duration=300ms", "--warmup=100ms", "--clusters=3", "--idle-sample=200ms",
 		"--peers=false", // TestPeerComparison runs them
-	}, &out, &progress)
-	t.Logf("progress:\n%s\noutput:\n%s", &progress, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	)
 	var cases, summaries, idle int
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
+	for _, line := range jsonLines(t, out) {
 		var c struct {
 			RouteCase
 			Clusters      int     `json:"clusters"`

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
 )
@@ -27,7 +28,7 @@ func runManager(t *testing.T, cfgPath, logName string) *managerProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(managerBin, "-config", cfgPath)
+	cmd := exec.Command(testenv.Bin("sm-manager"), "-config", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -59,6 +60,27 @@ func (mp *managerProcess) kill() {
 	<-mp.done
 }
 
+// watch dials the manager at socket, once it is up, as a reconnecting client
+// named name, and waits until it routes every cluster; it returns the client
+// (closed when the test ends, if not before) and the status that showed it.
+func watch(t *testing.T, socket, name string) (*ipc.Client, manager.Status) {
+	t.Helper()
+	var c *ipc.Client
+	testenv.WaitFor(t, 10*time.Second, "manager up", func() bool {
+		var err error
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: name}, Reconnect: true})
+		return err == nil
+	})
+	t.Cleanup(func() { c.Close() })
+	var st manager.Status
+	testenv.WaitFor(t, 10*time.Second, "manager ready", func() bool {
+		var ok bool
+		st, ok = statusVia(t, c)
+		return ok && allRouted(st)
+	})
+	return c, st
+}
+
 // statusVia asks a manager for its status over the socket.
 func statusVia(t *testing.T, c *ipc.Client) (manager.Status, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -88,24 +110,10 @@ func allRouted(st manager.Status) bool {
 func TestManagerKillReadoption(t *testing.T) {
 	cfg := deployConfig(t)
 	cfg.State.AdoptWindow = durationOf(5 * time.Second)
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	m1 := runManager(t, cfg.Path, "manager-1.log")
-	c, err := ipc.Dial(t.Context(), ipc.ClientConfig{
-		Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "watch"}, Reconnect: true,
-	})
-	for err != nil {
-		time.Sleep(20 * time.Millisecond)
-		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{
-			Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "watch"}, Reconnect: true,
-		})
-	}
+	c, before := watch(t, cfg.Socket, "watch")
 	defer c.Close()
-	var before manager.Status
-	waitFor(t, 10*time.Second, "first manager ready", func() bool {
-		st, ok := statusVia(t, c)
-		before = st
-		return ok && allRouted(st)
-	})
 	l := startLoadAt(t, cfg.Socket, 8, clusterTarget(4))
 	time.Sleep(200 * time.Millisecond)
 
@@ -119,14 +127,14 @@ func TestManagerKillReadoption(t *testing.T) {
 	runManager(t, cfg.Path, "manager-2.log")
 
 	// An impostor claiming cluster 0 during the adopt window is refused.
-	waitFor(t, 5*time.Second, "new manager listening", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "new manager listening", func() bool {
 		rc, err := ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "probe"}})
 		if err == nil {
 			rc.Close()
 		}
 		return err == nil
 	})
-	_, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{
+	_, err := ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{
 		Role: ipc.RoleCluster, Cluster: ipc.Int(0), Generation: ipc.Int64(1), Token: "forged", PID: os.Getpid(),
 	}})
 	if ipc.CodeOf(err) != ipc.CodeForbidden {
@@ -134,7 +142,7 @@ func TestManagerKillReadoption(t *testing.T) {
 	}
 
 	var after manager.Status
-	waitFor(t, 10*time.Second, "clusters re-adopted", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "clusters re-adopted", func() bool {
 		st, ok := statusVia(t, c)
 		after = st
 		return ok && allRouted(st)
@@ -174,30 +182,19 @@ func TestManagerKillMidDeploy(t *testing.T) {
 	cfg.Deploy.QuiesceTimeout = durationOf(30 * time.Second) // the old one lingers
 	cfg.Restart.StopGrace = durationOf(300 * time.Millisecond)
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_1": "--ignore-quiesce"}
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	m1 := runManager(t, cfg.Path, "manager-1.log")
-	var c *ipc.Client
-	waitFor(t, 10*time.Second, "first manager up", func() bool {
-		var err error
-		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "d"}, Reconnect: true})
-		return err == nil
-	})
+	c, before := watch(t, cfg.Socket, "d")
 	defer c.Close()
-	var before manager.Status
-	waitFor(t, 10*time.Second, "ready", func() bool {
-		st, ok := statusVia(t, c)
-		before = st
-		return ok && allRouted(st)
-	})
 	// Generation 2 keeps no per-cluster flags: it quiesces normally.
 	next := *cfg
 	next.Cluster.Env = map[string]string{}
-	writeConfig(t, &next)
+	testenv.WriteConfig(t, &next)
 	if _, err := c.Request(t.Context(), &ipc.Frame{Op: ipc.OpDeploy, Clusters: []int{1}}); err != nil {
 		t.Fatal(err)
 	}
 	var mid manager.Status
-	waitFor(t, 10*time.Second, "cluster 1 switched to generation 2", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "cluster 1 switched to generation 2", func() bool {
 		st, ok := statusVia(t, c)
 		mid = st
 		return ok && st.Clusters[1].Generation == 2 && st.Clusters[1].Routed
@@ -210,7 +207,7 @@ func TestManagerKillMidDeploy(t *testing.T) {
 	m1.kill()
 	// The next manager bounds the quiesce it sends the stale survivor.
 	next.Deploy.QuiesceTimeout = durationOf(500 * time.Millisecond)
-	writeConfig(t, &next)
+	testenv.WriteConfig(t, &next)
 	runManager(t, cfg.Path, "manager-2.log")
 	var after manager.Status
 	defer func() {
@@ -222,7 +219,7 @@ func TestManagerKillMidDeploy(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 15*time.Second, "generation 2 routed and activated, old gone", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "generation 2 routed and activated, old gone", func() bool {
 		st, ok := statusVia(t, c)
 		after = st
 		return ok && allRouted(st) && st.Clusters[1].Activated && !alive(oldPID)
@@ -243,27 +240,16 @@ func TestManagerKillMidDeploy(t *testing.T) {
 func TestResumeAcrossManagerRestart(t *testing.T) {
 	cfg := deployConfig(t)
 	cfg.State.AdoptWindow = durationOf(time.Second)
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	m1 := runManager(t, cfg.Path, "manager-1.log")
-	var c *ipc.Client
-	waitFor(t, 10*time.Second, "first manager up", func() bool {
-		var err error
-		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "r"}, Reconnect: true})
-		return err == nil
-	})
+	c, before := watch(t, cfg.Socket, "r")
 	defer c.Close()
-	var before manager.Status
-	waitFor(t, 10*time.Second, "ready", func() bool {
-		st, ok := statusVia(t, c)
-		before = st
-		return ok && allRouted(st)
-	})
 	time.Sleep(1500 * time.Millisecond) // resume state is written once a second
 	m1.kill()
 	syscall.Kill(before.Clusters[2].PID, syscall.SIGKILL)
 	runManager(t, cfg.Path, "manager-2.log")
 	var after manager.Status
-	waitFor(t, 10*time.Second, "cluster 2 replaced", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "cluster 2 replaced", func() bool {
 		st, ok := statusVia(t, c)
 		after = st
 		return ok && allRouted(st) && st.Clusters[2].PID != before.Clusters[2].PID

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -32,13 +33,13 @@ type bystander struct {
 func newBystander(t *testing.T, e *env, clusters ...int) *bystander {
 	t.Helper()
 	if len(clusters) == 0 {
-		for i := range e.m.Topology().Clusters() {
+		for i := range e.Topology().Clusters() {
 			clusters = append(clusters, i)
 		}
 	}
 	b := &bystander{t: t, e: e, clusters: clusters, pids: map[int]int{}}
-	waitFor(t, 15*time.Second, fmt.Sprintf("clusters %v ready", clusters), func() bool {
-		st := e.status()
+	testenv.WaitFor(t, 15*time.Second, fmt.Sprintf("clusters %v ready", clusters), func() bool {
+		st := e.MustStatus()
 		for _, i := range clusters {
 			if c := st.Clusters[i]; c.State != "ready" || !c.Routed {
 				return false
@@ -46,7 +47,7 @@ func newBystander(t *testing.T, e *env, clusters ...int) *bystander {
 		}
 		return true
 	})
-	st := e.status()
+	st := e.MustStatus()
 	for _, i := range clusters {
 		b.pids[i] = st.Clusters[i].PID
 	}
@@ -83,7 +84,7 @@ func (b *bystander) check() {
 	for _, i := range b.clusters {
 		b.ping(i)
 	}
-	st := b.e.status()
+	st := b.e.MustStatus()
 	for _, i := range b.clusters {
 		c := st.Clusters[i]
 		if c.Restarts != 0 || c.PID != b.pids[i] || c.State != "ready" || !c.Routed {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -239,7 +240,7 @@ func TestBadInputClusterRegister(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "cluster.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
 		"if [ \"$SM_CLUSTER\" = 3 ]; then exec sleep 60; fi\n"+
-		"exec '"+harnessBin+"' \"$@\"\n"), 0o755); err != nil {
+		"exec '"+testenv.Bin("cluster-harness")+"' \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Cluster.Command = append([]string{script}, cfg.Cluster.Command[1:]...)
@@ -247,8 +248,8 @@ func TestBadInputClusterRegister(t *testing.T) {
 	e := start(t, cfg)
 	by := newBystander(t, e, 0, 1, 2)
 	var sleeper int
-	waitFor(t, 5*time.Second, "cluster 3 spawned", func() bool {
-		sleeper = e.status().Clusters[3].PID
+	testenv.WaitFor(t, 5*time.Second, "cluster 3 spawned", func() bool {
+		sleeper = e.MustStatus().Clusters[3].PID
 		return sleeper != 0
 	})
 	live := tokenOf(t, by.pids[0])
@@ -281,7 +282,7 @@ func TestBadInputClusterRegister(t *testing.T) {
 	refused("no role", `{"op":"REGISTER","id":"12","name":"x"}`, "12", ipc.CodeBadFrame)
 
 	// The free slot is still free and its process untouched.
-	if c := e.status().Clusters[3]; c.State != "starting" || c.PID != sleeper || c.Restarts != 0 {
+	if c := e.MustStatus().Clusters[3]; c.State != "starting" || c.PID != sleeper || c.Restarts != 0 {
 		t.Fatalf("cluster 3 disturbed by refused REGISTERs: %+v", c)
 	}
 	by.check()
@@ -560,7 +561,7 @@ func TestBadInputStructuralOpsFromClient(t *testing.T) {
 	}
 	pingWorks(t, rc, "after-impostor")
 	// No cluster was quiesced, re-activated or fed a fake heartbeat.
-	for _, c := range e.status().Clusters {
+	for _, c := range e.MustStatus().Clusters {
 		if bytes.Contains(c.Heartbeat, []byte("fake")) {
 			t.Errorf("cluster %d shows the client's heartbeat payload", c.ID)
 		}
@@ -589,7 +590,7 @@ func TestBadInputConnectionFlood(t *testing.T) {
 
 	// A freed place is available again.
 	kept[0].nc.Close()
-	waitFor(t, 5*time.Second, "a connection accepted again", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a connection accepted again", func() bool {
 		nc, err := net.Dial("unix", e.cfg.Socket)
 		if err != nil {
 			return false

@@ -17,7 +17,7 @@ func TestSharedDeadlines(t *testing.T) {
 	cfg.Requests.Timeout = durationOf(timeout)
 	cfg.Cluster.Command = append(cfg.Cluster.Command, "--op-delay=3s")
 	e := start(t, cfg)
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("t")
 
 	var wg sync.WaitGroup

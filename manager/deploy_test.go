@@ -6,41 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
 )
 
-// writeConfig saves cfg to its Path (a new file in a temp dir if it has none),
-// as a DEPLOY will re-read it.
-func writeConfig(t *testing.T, cfg *config.Config) {
-	t.Helper()
-	if cfg.Path == "" {
-		cfg.Path = filepath.Join(t.TempDir(), "sm.toml")
-	}
-	var buf bytes.Buffer
-	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.Path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // startFromFile starts a manager from cfg saved to a file.
 func startFromFile(t *testing.T, cfg *config.Config) *env {
 	t.Helper()
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	loaded, err := config.Load(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +38,7 @@ func (e *env) redeploy(c *ipc.Client, change func(*config.Config), clusters []in
 	if change != nil {
 		change(&next)
 	}
-	writeConfig(e.t, &next)
+	testenv.WriteConfig(e.t, &next)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return c.Request(ctx, &ipc.Frame{Op: ipc.OpDeploy, Clusters: clusters, MaxParallel: maxParallel})
@@ -66,8 +48,8 @@ func (e *env) redeploy(c *ipc.Client, change func(*config.Config), clusters []in
 func (e *env) waitDeploy(timeout time.Duration) manager.Status {
 	e.t.Helper()
 	var st manager.Status
-	waitFor(e.t, timeout, "deploy finished", func() bool {
-		st = e.status()
+	testenv.WaitFor(e.t, timeout, "deploy finished", func() bool {
+		st = e.MustStatus()
 		return st.Deploy != nil && !st.Deploy.Finished.IsZero()
 	})
 	return st
@@ -189,7 +171,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	for _, par := range []int{1, 4} {
 		t.Run(fmt.Sprintf("max_parallel=%d", par), func(t *testing.T) {
 			e := startFromFile(t, deployConfig(t))
-			before := e.waitAllReady()
+			before := e.WaitReady()
 			c := e.client("deployer")
 			l := startLoad(t, e, 8, clusterTarget(4))
 			time.Sleep(100 * time.Millisecond)
@@ -211,7 +193,7 @@ func TestDeployUnderLoad(t *testing.T) {
 			if st.Deploy.State != generation.StateSucceeded {
 				t.Fatalf("deploy %s: %s", st.Deploy.State, st.Deploy.Reason)
 			}
-			for i, cs := range e.waitAllReady().Clusters {
+			for i, cs := range e.WaitReady().Clusters {
 				if cs.Generation != 2 || !cs.Activated {
 					t.Errorf("cluster %d: %+v", i, cs)
 				}
@@ -231,7 +213,7 @@ func TestDeployNewGenerationFailsReadiness(t *testing.T) {
 	cfg := deployConfig(t)
 	cfg.Deploy.ReadyTimeout = durationOf(time.Second)
 	e := startFromFile(t, cfg)
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 	l := startLoad(t, e, 4, clusterTarget(4))
 	_, err := e.redeploy(c, func(n *config.Config) {
@@ -245,7 +227,7 @@ func TestDeployNewGenerationFailsReadiness(t *testing.T) {
 	if st.Deploy.State != generation.StateFailed || st.Deploy.Reason == "" {
 		t.Fatalf("deploy = %s %q, want failed with a reason", st.Deploy.State, st.Deploy.Reason)
 	}
-	now := e.waitAllReady()
+	now := e.WaitReady()
 	// Cluster 0 moved and stays on 2; cluster 1's old process serves untouched; 2 and 3 never started.
 	wantGen := []int64{2, 1, 1, 1}
 	for i, cs := range now.Clusters {
@@ -263,7 +245,7 @@ func TestDeployNewGenerationFailsReadiness(t *testing.T) {
 
 func TestDeployNewGenerationCrashes(t *testing.T) {
 	e := startFromFile(t, deployConfig(t))
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 	_, err := e.redeploy(c, func(n *config.Config) {
 		n.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS": "--exit-on-start=3"}
@@ -275,7 +257,7 @@ func TestDeployNewGenerationCrashes(t *testing.T) {
 	if st.Deploy.State != generation.StateFailed {
 		t.Fatalf("deploy %s", st.Deploy.State)
 	}
-	now := e.waitAllReady()
+	now := e.WaitReady()
 	for i := range now.Clusters {
 		if now.Clusters[i].PID != before.Clusters[i].PID || now.Clusters[i].Generation != 1 {
 			t.Errorf("cluster %d changed: %+v", i, now.Clusters[i])
@@ -289,7 +271,7 @@ func TestDeployOldIgnoresQuiesce(t *testing.T) {
 	cfg.Restart.StopGrace = durationOf(300 * time.Millisecond)
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_3": "--ignore-quiesce"}
 	e := startFromFile(t, cfg)
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 	if _, err := e.redeploy(c, nil, []int{3}, 1); err != nil {
 		t.Fatal(err)
@@ -305,7 +287,7 @@ func TestDeployOldIgnoresQuiesce(t *testing.T) {
 	if alive(before.Clusters[3].PID) {
 		t.Fatal("old process still alive")
 	}
-	if g := e.waitAllReady().Clusters[3].Generation; g != 2 {
+	if g := e.WaitReady().Clusters[3].Generation; g != 2 {
 		t.Fatalf("cluster 3 on generation %d", g)
 	}
 }
@@ -313,7 +295,7 @@ func TestDeployOldIgnoresQuiesce(t *testing.T) {
 func TestDeployRefusals(t *testing.T) {
 	cfg := deployConfig(t)
 	e := startFromFile(t, cfg)
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 
 	// An invalid file refuses the deploy and changes nothing.
@@ -324,7 +306,7 @@ func TestDeployRefusals(t *testing.T) {
 	if ipc.CodeOf(err) != ipc.CodeBadConfig {
 		t.Fatalf("invalid config: got %v, want bad_config", err)
 	}
-	if st := e.status(); st.Deploy != nil || st.Generation != 1 {
+	if st := e.MustStatus(); st.Deploy != nil || st.Generation != 1 {
 		t.Fatalf("a refused deploy left a trace: %+v", st.Deploy)
 	}
 
@@ -351,7 +333,7 @@ func TestReclusteringUnderLoad(t *testing.T) {
 	cfg := deployConfig(t)
 	cfg.Topology = config.Topology{TotalShards: 16, ShardsPerCluster: 4}
 	e := startFromFile(t, cfg)
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 	// Guild targets: they must follow the new shard count from the switch on.
 	l := startLoad(t, e, 8, func(i int) string { return "guild:" + strconv.FormatUint(uint64(i%97)<<22|uint64(i), 10) })
@@ -367,7 +349,7 @@ func TestReclusteringUnderLoad(t *testing.T) {
 	if st.Deploy.State != generation.StateSucceeded {
 		t.Fatalf("deploy %s: %s", st.Deploy.State, st.Deploy.Reason)
 	}
-	now := e.waitAllReady()
+	now := e.WaitReady()
 	if now.Topology != (generation.Topology{Total: 24, PerCluster: 8}) || len(now.Clusters) != 3 {
 		t.Fatalf("topology after re-clustering: %+v with %d clusters", now.Topology, len(now.Clusters))
 	}
@@ -399,7 +381,7 @@ func TestReclusteringUnderLoad(t *testing.T) {
 func TestShutdownMidDeploy(t *testing.T) {
 	cfg := deployConfig(t)
 	e := startFromFile(t, cfg)
-	before := e.waitAllReady()
+	before := e.WaitReady()
 	c := e.client("deployer")
 	if _, err := e.redeploy(c, func(n *config.Config) {
 		n.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS": "--connect-delay=200ms"}
@@ -407,8 +389,8 @@ func TestShutdownMidDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mid manager.Status
-	waitFor(t, 10*time.Second, "deploy under way", func() bool {
-		mid = e.status()
+	testenv.WaitFor(t, 10*time.Second, "deploy under way", func() bool {
+		mid = e.MustStatus()
 		return mid.Deploy != nil && mid.Deploy.Clusters[0].Phase != generation.PhasePending
 	})
 	var pids []int
@@ -420,7 +402,7 @@ func TestShutdownMidDeploy(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	e.stop()
+	e.Stop()
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("shutdown mid-deploy took %v", took)
 	}

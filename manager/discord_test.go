@@ -1,17 +1,15 @@
 package manager_test
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/discord"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/manager"
-	"github.com/sm-supervisor/sm/unixsock"
 )
 
 type simStats struct {
@@ -39,25 +37,6 @@ func (e *env) simStats(cluster string) simStats {
 	return st
 }
 
-// startWith starts a manager with extra options (a /gateway/bot answer).
-func startWith(t *testing.T, cfg *config.Config, gw *discord.GatewayBot) *env {
-	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	m, err := manager.New(manager.Options{Config: cfg, Logger: log, Gateway: gw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := unixsock.Listen(cfg.Socket, 0o660)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, cfg: cfg, m: m, cancel: cancel, done: make(chan error, 1)}
-	go func() { e.done <- m.Run(ctx, ln) }()
-	t.Cleanup(e.stop)
-	return e
-}
-
 // Every shard of every cluster identifies through the gate: one per bucket
 // per identify_spacing, so 8 shards in one bucket take 7 spacings at least.
 func TestIdentifyGateSpacesStartups(t *testing.T) {
@@ -66,7 +45,7 @@ func TestIdentifyGateSpacesStartups(t *testing.T) {
 	cfg.Heartbeat.StartTimeout = durationOf(10 * time.Second)
 	begin := time.Now()
 	e := start(t, cfg)
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	took := time.Since(begin)
 	if took < 7*120*time.Millisecond {
 		t.Fatalf("8 shards identified in %v: the gate did not space them", took)
@@ -85,20 +64,20 @@ func TestIdentifyGateSpacesStartups(t *testing.T) {
 // A killed cluster's replacement resumes every shard: no identify spent.
 func TestRestartResumes(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	granted := st.Discord.IdentifyGranted
 	time.Sleep(200 * time.Millisecond) // a few heartbeats carry resume state
 	old := st.Clusters[1].PID
 	syscall.Kill(old, syscall.SIGKILL)
-	waitFor(t, 10*time.Second, "cluster 1 back", func() bool {
-		cs := e.status().Clusters[1]
+	testenv.WaitFor(t, 10*time.Second, "cluster 1 back", func() bool {
+		cs := e.MustStatus().Clusters[1]
 		return cs.PID != old && cs.Routed && cs.State == "ready"
 	})
 	s := e.simStats("1")
 	if s.Resumes != 2 || s.Identifies != 0 {
 		t.Fatalf("replacement: %d resumes, %d identifies; want 2 and 0 (%+v)", s.Resumes, s.Identifies, s.Shards)
 	}
-	if g := e.status().Discord.IdentifyGranted; g != granted {
+	if g := e.MustStatus().Discord.IdentifyGranted; g != granted {
 		t.Fatalf("identifies granted went from %d to %d", granted, g)
 	}
 }
@@ -109,7 +88,7 @@ func TestBudgetGovernorStopsCrashLoopsNotDeploys(t *testing.T) {
 	cfg := deployConfig(t)
 	cfg.Discord.BudgetFloor = 100
 	cfg.Discord.ResumeMaxAge = durationOf(time.Millisecond) // restarts must identify
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	loaded, err := config.Load(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -118,35 +97,35 @@ func TestBudgetGovernorStopsCrashLoopsNotDeploys(t *testing.T) {
 	gw := &discord.GatewayBot{Shards: 8, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
 		Total: 1000, Remaining: 110, ResetAfter: time.Hour, MaxConcurrency: 1,
 	}}
-	e := startWith(t, loaded, gw)
-	st := e.waitAllReady()
+	e := startWith(t, loaded, manager.Options{Gateway: gw})
+	st := e.WaitReady()
 	if st.Discord.Budget.Remaining != 102 {
 		t.Fatalf("budget after start: %+v", st.Discord.Budget)
 	}
 	kill := func() int {
-		pid := e.status().Clusters[1].PID
+		pid := e.MustStatus().Clusters[1].PID
 		syscall.Kill(pid, syscall.SIGKILL)
 		return pid
 	}
 	old := kill()
-	waitFor(t, 10*time.Second, "first restart identified", func() bool {
-		cs := e.status().Clusters[1]
+	testenv.WaitFor(t, 10*time.Second, "first restart identified", func() bool {
+		cs := e.MustStatus().Clusters[1]
 		return cs.PID != old && cs.State == "ready"
 	})
-	if b := e.status().Discord.Budget; b.Remaining != 100 || !b.Blocking {
+	if b := e.MustStatus().Discord.Budget; b.Remaining != 100 || !b.Blocking {
 		t.Fatalf("budget after a restart: %+v", b)
 	}
 	old = kill()
 	// Not ready, so not routed: its heartbeat (in STATUS) tells how it fares.
-	waitFor(t, 10*time.Second, "second restart held at the floor", func() bool {
-		cs := e.status().Clusters[1]
+	testenv.WaitFor(t, 10*time.Second, "second restart held at the floor", func() bool {
+		cs := e.MustStatus().Clusters[1]
 		var s simStats
 		if cs.PID == old || cs.PID == 0 || json.Unmarshal(cs.Heartbeat, &s) != nil {
 			return false
 		}
 		return len(s.Shards) > 0 && s.Shards[0].Status == "waiting_budget" && cs.State == "registered"
 	})
-	if b := e.status().Discord.Budget; b.Remaining != 100 {
+	if b := e.MustStatus().Discord.Budget; b.Remaining != 100 {
 		t.Fatalf("a refused restart spent: %+v", b)
 	}
 	// A deploy still gets its identifies.
@@ -158,7 +137,7 @@ func TestBudgetGovernorStopsCrashLoopsNotDeploys(t *testing.T) {
 	if dst.Deploy.State != "succeeded" {
 		t.Fatalf("deploy at the floor: %s %s", dst.Deploy.State, dst.Deploy.Reason)
 	}
-	if b := e.status().Discord.Budget; b.Remaining != 98 {
+	if b := e.MustStatus().Discord.Budget; b.Remaining != 98 {
 		t.Fatalf("deploy identifies not spent: %+v", b)
 	}
 }

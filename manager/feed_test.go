@@ -20,7 +20,7 @@ type feedEvent struct {
 // reports state changes.
 func TestWatchFeed(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	rc := e.rawClient("watcher")
 	rc.send(`{"op":"WATCH","id":"w"}`)
 	if f := rc.read(t, 3*time.Second); f.ID != "w" || f.Error != nil {
@@ -75,7 +75,7 @@ func TestWatchFeed(t *testing.T) {
 
 func TestStatusOp(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("s")
 	r, err := c.Request(t.Context(), &ipc.Frame{Op: ipc.OpStatus})
 	if err != nil {

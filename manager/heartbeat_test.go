@@ -13,12 +13,12 @@ import (
 // send about 80 heartbeats a second; before this, each was a loop event.
 func TestSteadyHeartbeatsDoNotWakeTheLoop(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	time.Sleep(200 * time.Millisecond) // past the ready heartbeats
 	before := e.scrape()["sm_loop_events_total"]
 	const window = time.Second
 	time.Sleep(window)
-	st := e.status() // drains the boxes: heartbeats are not lost, only deferred
+	st := e.MustStatus() // drains the boxes: heartbeats are not lost, only deferred
 	events := e.scrape()["sm_loop_events_total"] - before
 	beats := float64(len(st.Clusters)) * float64(window/e.cfg.Heartbeat.Interval.Duration)
 	// The scrapes and the STATUS are events themselves; a few more are fine.
@@ -39,10 +39,10 @@ func TestSteadyHeartbeatsDoNotWakeTheLoop(t *testing.T) {
 // their boxes: taking them on subscribe must not send their events ahead of it.
 func TestSubscribeSnapshotFirstWithPendingHeartbeats(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	time.Sleep(200 * time.Millisecond) // steady: heartbeats wait for the tick
 	for i := range 40 {
-		sub, err := e.m.Subscribe(64)
+		sub, err := e.Subscribe(64)
 		if err != nil {
 			t.Fatal(err)
 		}

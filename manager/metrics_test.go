@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -24,34 +23,16 @@ func (e *env) scrape() map[string]float64 {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	out, err := testenv.Metrics(resp.Body)
 	if err != nil {
 		e.t.Fatalf("scrape does not parse: %v", err)
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			key := name
-			for _, l := range m.GetLabel() {
-				key += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			case m.Histogram != nil:
-				out[key+"_count"] = float64(m.Histogram.GetSampleCount())
-			}
-		}
 	}
 	return out
 }
 
 func TestMetricsMove(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	before := e.scrape()
 	if before["sm_clusters{state=ready}"] != 4 {
 		t.Fatalf("sm_clusters{ready} = %v", before["sm_clusters{state=ready}"])
@@ -64,7 +45,7 @@ func TestMetricsMove(t *testing.T) {
 	}
 	request(t, c, "ping", "99", nil, 3*time.Second)
 	syscall.Kill(st.Clusters[2].PID, syscall.SIGKILL)
-	waitFor(t, 10*time.Second, "cluster 2 back", func() bool { return e.status().Clusters[2].Restarts == 1 && e.status().Clusters[2].Routed })
+	testenv.WaitFor(t, 10*time.Second, "cluster 2 back", func() bool { return e.MustStatus().Clusters[2].Restarts == 1 && e.MustStatus().Clusters[2].Routed })
 	after := e.scrape()
 	for key, min := range map[string]float64{
 		"sm_requests_forwarded_total":                                  before["sm_requests_forwarded_total"] + 10,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -31,7 +32,7 @@ func pingOf(t *testing.T, f *ipc.Frame) pong {
 
 func TestRoutingEveryTargetKind(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("t")
 	// 8 shards, 2 per cluster. Guild 4194304 = 1<<22 → shard 1 → cluster 0;
 	// guild 5<<22 → shard 5 → cluster 2.
@@ -61,7 +62,7 @@ func TestRoutingEveryTargetKind(t *testing.T) {
 
 func TestEchoPayloadByteForByte(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("t")
 	payload := []byte(`{"a": [1, 2,   3], "s":"h\u00e9llo \"q\"", "n":null}`)
 	r, err := request(t, c, "echo", "1", payload, 3*time.Second)
@@ -76,7 +77,7 @@ func TestEchoPayloadByteForByte(t *testing.T) {
 func TestBroadcast(t *testing.T) {
 	cfg := testConfig(t)
 	e := start(t, cfg)
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("t")
 	r, err := request(t, c, "ping", "*", nil, 3*time.Second)
 	if err != nil {
@@ -107,8 +108,8 @@ func TestBroadcastWithOneClusterDown(t *testing.T) {
 	// Cluster 2 never becomes ready, so it is never routed.
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_2": "--fail-ready"}
 	e := start(t, cfg)
-	waitFor(t, 10*time.Second, "clusters 0, 1, 3 routed", func() bool {
-		st := e.status()
+	testenv.WaitFor(t, 10*time.Second, "clusters 0, 1, 3 routed", func() bool {
+		st := e.MustStatus()
 		return st.Clusters[0].Routed && st.Clusters[1].Routed && st.Clusters[3].Routed
 	})
 	c := e.client("t")
@@ -142,7 +143,7 @@ func TestBroadcastWithOneClusterDown(t *testing.T) {
 // Two clients use the same request ids at the same time; each gets its own replies.
 func TestIDCollisionsBetweenClients(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	a, b := e.rawClient("a"), e.rawClient("b")
 	const n = 200
 	var wg sync.WaitGroup
@@ -182,7 +183,7 @@ func TestRequestDeadline(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Cluster.Command = append(cfg.Cluster.Command, "--op-delay=2s")
 	e := start(t, cfg)
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("t")
 	start := time.Now()
 	r, err := c.Request(t.Context(), &ipc.Frame{Op: "ping", Target: "1", TimeoutMS: 200})
@@ -200,7 +201,7 @@ func TestReplyThenClusterDies(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Cluster.Command = append(cfg.Cluster.Command, "--op-delay=300ms")
 	e := start(t, cfg)
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	c := e.client("t")
 	r, err := request(t, c, "ping", "2", nil, 3*time.Second)
 	if err != nil {
@@ -229,11 +230,11 @@ func TestReplyThenClusterDies(t *testing.T) {
 // While a cluster restarts, its requests wait and are delivered once it is back.
 func TestRequestsWaitForRestartingCluster(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	c := e.client("t")
 	old := st.Clusters[1].PID
 	syscall.Kill(old, syscall.SIGKILL)
-	waitFor(t, 5*time.Second, "cluster 1 unrouted", func() bool { return !e.status().Clusters[1].Routed })
+	testenv.WaitFor(t, 5*time.Second, "cluster 1 unrouted", func() bool { return !e.MustStatus().Clusters[1].Routed })
 	r, err := request(t, c, "ping", "1", nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("request during restart: %v", err)
@@ -248,7 +249,7 @@ func TestWaitingQueueBound(t *testing.T) {
 	cfg.Limits.MaxWaiting = 2
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_0": "--fail-ready"}
 	e := start(t, cfg)
-	waitFor(t, 10*time.Second, "cluster 1 routed", func() bool { return e.status().Clusters[1].Routed })
+	testenv.WaitFor(t, 10*time.Second, "cluster 1 routed", func() bool { return e.MustStatus().Clusters[1].Routed })
 	rc := e.rawClient("q")
 	for i := range 3 {
 		rc.send(fmt.Sprintf(`{"op":"ping","id":"w%d","target":"0","timeout_ms":400}`, i))

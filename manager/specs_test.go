@@ -11,7 +11,7 @@ import (
 // are forgotten when a deploy ends, so months of deploys keep a few.
 func TestDeploysDoNotAccumulateGenerations(t *testing.T) {
 	e := startFromFile(t, deployConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.client("deployer")
 	for i := range 4 {
 		if _, err := e.redeploy(c, nil, nil, 4); err != nil {
@@ -23,7 +23,7 @@ func TestDeploysDoNotAccumulateGenerations(t *testing.T) {
 	}
 	// The old generation's processes may still be exiting: at most it and
 	// the new one.
-	if n := manager.SpecCount(e.m); n > 2 {
+	if n := manager.SpecCount(e.Manager.Manager); n > 2 {
 		t.Errorf("%d generation commands kept after 4 deploys, want at most 2", n)
 	}
 }

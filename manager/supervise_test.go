@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 func alive(pid int) bool {
@@ -26,15 +28,15 @@ func containsState(stat []byte, state byte) bool {
 
 func TestKilledClusterIsRespawnedAndActivated(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	c := e.client("t")
 	old := st.Clusters[3].PID
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var now int
-	waitFor(t, 10*time.Second, "cluster 3 respawned and routed", func() bool {
-		cs := e.status().Clusters[3]
+	testenv.WaitFor(t, 10*time.Second, "cluster 3 respawned and routed", func() bool {
+		cs := e.MustStatus().Clusters[3]
 		now = cs.PID
 		return cs.Routed && cs.State == "ready" && cs.PID != old && cs.Restarts == 1
 	})
@@ -53,7 +55,7 @@ func TestKilledClusterIsRespawnedAndActivated(t *testing.T) {
 		t.Fatalf("respawned cluster (pid %d) was not ACTIVATEd: %s", now, r.Payload)
 	}
 	// A respawn keeps the cluster's generation.
-	if g := e.status().Clusters[3].Generation; g != st.Clusters[3].Generation {
+	if g := e.MustStatus().Clusters[3].Generation; g != st.Clusters[3].Generation {
 		t.Fatalf("generation changed on respawn: %d → %d", st.Clusters[3].Generation, g)
 	}
 }
@@ -68,27 +70,27 @@ func TestCrashLoopBacksOffAndIsVisible(t *testing.T) {
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_1": "--exit-on-start=3"}
 	e := start(t, cfg)
 	var delays []int64
-	waitFor(t, 15*time.Second, "cluster 1 in crash loop", func() bool {
-		cs := e.status().Clusters[1]
+	testenv.WaitFor(t, 15*time.Second, "cluster 1 in crash loop", func() bool {
+		cs := e.MustStatus().Clusters[1]
 		if cs.RestartInMS > 0 && (len(delays) == 0 || cs.Restarts > len(delays)) {
 			delays = append(delays, cs.RestartInMS)
 		}
 		return cs.CrashLoop && cs.State == "crash_loop" && cs.Restarts > 3
 	})
-	cs := e.status().Clusters[1]
+	cs := e.MustStatus().Clusters[1]
 	if cs.LastExit == "" {
 		t.Error("last exit not reported")
 	}
 	// Past the intensity, every wait is at the ceiling: never a tight loop.
 	time.Sleep(100 * time.Millisecond)
-	restarts := e.status().Clusters[1].Restarts
+	restarts := e.MustStatus().Clusters[1].Restarts
 	time.Sleep(600 * time.Millisecond)
-	if got := e.status().Clusters[1].Restarts - restarts; got > 2 {
+	if got := e.MustStatus().Clusters[1].Restarts - restarts; got > 2 {
 		t.Fatalf("%d restarts in 600ms while in crash loop at a 400ms ceiling", got)
 	}
 	// The other clusters are untouched.
 	for _, i := range []int{0, 2, 3} {
-		if c := e.status().Clusters[i]; c.Restarts != 0 || c.State != "ready" {
+		if c := e.MustStatus().Clusters[i]; c.Restarts != 0 || c.State != "ready" {
 			t.Errorf("cluster %d disturbed: %+v", i, c)
 		}
 	}
@@ -99,15 +101,15 @@ func TestHungClusterIsKilledAndReplaced(t *testing.T) {
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_2": "--hang-after=300ms"}
 	e := start(t, cfg)
 	var first int
-	waitFor(t, 10*time.Second, "cluster 2 started", func() bool {
-		first = e.status().Clusters[2].PID
+	testenv.WaitFor(t, 10*time.Second, "cluster 2 started", func() bool {
+		first = e.MustStatus().Clusters[2].PID
 		return first != 0
 	})
-	waitFor(t, 10*time.Second, "hung cluster 2 replaced", func() bool {
-		cs := e.status().Clusters[2]
+	testenv.WaitFor(t, 10*time.Second, "hung cluster 2 replaced", func() bool {
+		cs := e.MustStatus().Clusters[2]
 		return cs.PID != 0 && cs.PID != first && cs.Restarts >= 1
 	})
-	waitFor(t, 5*time.Second, "hung process reaped", func() bool { return !alive(first) })
+	testenv.WaitFor(t, 5*time.Second, "hung process reaped", func() bool { return !alive(first) })
 }
 
 func TestShutdownStopsEveryCluster(t *testing.T) {
@@ -117,8 +119,8 @@ func TestShutdownStopsEveryCluster(t *testing.T) {
 	cfg.Shutdown.Timeout = durationOf(500 * time.Millisecond)
 	cfg.Restart.StopGrace = durationOf(200 * time.Millisecond)
 	e := start(t, cfg)
-	st := e.waitAllReady()
-	e.stop()
+	st := e.WaitReady()
+	e.Stop()
 	for _, c := range st.Clusters {
 		if alive(c.PID) {
 			t.Errorf("cluster %d pid %d alive after shutdown", c.ID, c.PID)

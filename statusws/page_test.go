@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/chromedp/chromedp"
 
-	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/statusws"
 )
@@ -35,9 +34,9 @@ func TestPageInChromium(t *testing.T) {
 	cfg.Restart.BackoffMax = dur(2 * time.Second)
 	cfg.Restart.Jitter = 0
 	cfg.Shutdown.Timeout = dur(2 * time.Second)
-	writeConfig(t, cfg)
+	testenv.WriteConfig(t, cfg)
 	e := start(t, cfg)
-	st := e.waitAllReady()
+	st := e.WaitReady()
 
 	b := newBrowser(t, exe)
 	b.run(chromedp.Navigate(e.url + "/"))
@@ -74,7 +73,7 @@ func TestPageInChromium(t *testing.T) {
 		const s = window.__seen, i = s.lastIndexOf('card1=restarting/g1');
 		return i >= 0 && s.indexOf('card1=ready/g1', i) > i;
 	})()`)
-	newPID := e.waitAllReady().Clusters[1].PID
+	newPID := e.WaitReady().Clusters[1].PID
 	b.waitJS("cluster 1's new pid and restart count", 5*time.Second, fmt.Sprintf(`(() => {
 		const t = document.querySelector('.card[data-cluster="1"]').textContent;
 		return t.includes('pid %d') && t.includes('↻ 1');
@@ -82,8 +81,8 @@ func TestPageInChromium(t *testing.T) {
 
 	// A deploy: its panel follows it to the end, cluster by cluster.
 	next := *cfg
-	next.Cluster.Command = []string{harnessBin, "--simulate", "--connect-delay=300ms", "--event-interval=0"}
-	writeConfig(t, &next)
+	next.Cluster.Command = []string{testenv.Bin("cluster-harness"), "--simulate", "--connect-delay=300ms", "--event-interval=0"}
+	testenv.WriteConfig(t, &next)
 	reply := deploy(t, cfg.Socket)
 	t.Logf("DEPLOY reply %s", reply)
 	b.waitJS("deploy panel running, a cluster done and one in progress", 15*time.Second, `(() => {
@@ -116,13 +115,13 @@ func TestPageInChromium(t *testing.T) {
 	// The manager restarts (a new one on the same address): the page shows
 	// it is offline, then the new manager's clusters, on its own.
 	addr := strings.TrimPrefix(e.url, "http://")
-	e.stopManager()
+	e.Stop()
 	e.stopServer()
 	b.waitJS("page offline", 5*time.Second, `document.getElementById('conn').dataset.state === 'offline'`)
 	b.screenshot("statusws-page-offline.png")
 	cfg2 := testConfig(t)
 	e2 := startAt(t, cfg2, &statusws.Server{}, addr)
-	st2 := e2.waitAllReady()
+	st2 := e2.WaitReady()
 	b.waitJS("page back with the new manager's clusters", 15*time.Second, fmt.Sprintf(`(() => {
 		const c = document.querySelector('.card[data-cluster="0"]');
 		return document.getElementById('conn').dataset.state === 'live' && c &&
@@ -374,33 +373,14 @@ func lastLines(b []byte, n int) []byte {
 	return bytes.Join(lines, []byte("\n"))
 }
 
-// writeConfig saves cfg to its Path (a new file in a temp dir if it has none):
-// a DEPLOY re-reads it.
-func writeConfig(t *testing.T, cfg *config.Config) {
-	t.Helper()
-	if cfg.Path == "" {
-		cfg.Path = filepath.Join(t.TempDir(), "sm.toml")
-	}
-	var buf bytes.Buffer
-	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.Path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // deploy sends DEPLOY over the manager's socket as a client and returns the
 // reply's payload.
 func deploy(t *testing.T, socket string) []byte {
 	t.Helper()
+	c := testenv.Dial(t, socket, "statusws-test")
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := ipc.Dial(ctx, ipc.ClientConfig{Path: socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "statusws-test"}})
-	if err != nil {
-		t.Fatalf("dial the manager: %v", err)
-	}
-	defer c.Close()
 	r, err := c.Request(ctx, &ipc.Frame{Op: ipc.OpDeploy})
 	if err != nil {
 		t.Fatalf("DEPLOY: %v", err)

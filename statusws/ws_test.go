@@ -21,6 +21,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/manager"
 	"github.com/sm-supervisor/sm/statusws"
 )
@@ -29,7 +30,7 @@ import (
 // feed published it: the same sequence as any other subscriber.
 func TestSnapshotThenEventsInOrder(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	a := e.dial(nil)
 	first := read(t, a, 3*time.Second)
 	if first.Type != manager.EventSnapshot || first.Status == nil {
@@ -139,7 +140,7 @@ func TestHeartbeatPayloadBytesUnchanged(t *testing.T) {
 	script := "while :; do printf '%s\\n' '" + line + "'; sleep 0.05; done"
 	cfg := testConfig(t)
 	cfg.Topology.TotalShards = 2 // one cluster
-	cfg.Cluster.Command = []string{harnessBin, "--exec", "--", "/bin/sh", "-c", script}
+	cfg.Cluster.Command = []string{testenv.Bin("cluster-harness"), "--exec", "--", "/bin/sh", "-c", script}
 	cfg.Shutdown.Timeout = dur(300 * time.Millisecond) // the script ignores QUIESCE
 	e := start(t, cfg)
 	c := e.dial(nil)
@@ -221,7 +222,7 @@ func TestSlowSubscriberDropped(t *testing.T) {
 	// is per server, the client's below), so its writes block after a few
 	// dozen events rather than the server's default 64 KiB.
 	e := startServer(t, cfg, &statusws.Server{SendBuffer: 8 << 10})
-	e.waitAllReady()
+	e.WaitReady()
 
 	fast := e.dial(nil)
 	var fastGot atomic.Int64
@@ -238,9 +239,9 @@ func TestSlowSubscriberDropped(t *testing.T) {
 	// The slow one never reads: once the kernel buffers are full, the server's
 	// write to it blocks and its feed buffer fills.
 	slow := e.dial(&websocket.DialOptions{HTTPClient: &http.Client{Transport: smallRecvBuf()}})
-	waitFor(t, 2*time.Second, "two subscribers", func() bool { return e.m.Subscribers() == 2 })
+	testenv.WaitFor(t, 2*time.Second, "two subscribers", func() bool { return e.Subscribers() == 2 })
 	began := time.Now()
-	waitFor(t, 20*time.Second, "the slow subscriber dropped", func() bool { return e.m.Subscribers() == 1 })
+	testenv.WaitFor(t, 20*time.Second, "the slow subscriber dropped", func() bool { return e.Subscribers() == 1 })
 	t.Logf("slow subscriber dropped after %v", time.Since(began).Round(time.Millisecond))
 
 	before := fastGot.Load()
@@ -300,7 +301,7 @@ func TestSubscriberCap(t *testing.T) {
 		t.Error("503 without Retry-After")
 	}
 	a.Close(websocket.StatusNormalClosure, "")
-	waitFor(t, 3*time.Second, "a's slot freed", func() bool { return e.m.Subscribers() == 1 })
+	testenv.WaitFor(t, 3*time.Second, "a's slot freed", func() bool { return e.Subscribers() == 1 })
 	c := e.dial(nil)
 	if ev := read(t, c, 3*time.Second); ev.Type != manager.EventSnapshot {
 		t.Fatalf("first event %s, want a snapshot", ev.raw)
@@ -311,7 +312,7 @@ func TestSubscriberCap(t *testing.T) {
 // message over the read limit closes the connection rather than be buffered.
 func TestSubscriberMessagesIgnored(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.dial(nil)
 	read(t, c, 3*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -328,10 +329,10 @@ func TestSubscriberMessagesIgnored(t *testing.T) {
 	for range 20 {
 		read(t, c, 3*time.Second)
 	}
-	if n := e.m.Subscribers(); n != 1 {
+	if n := e.Subscribers(); n != 1 {
 		t.Fatalf("%d subscribers, want 1", n)
 	}
-	if st := e.status(); st.Deploy != nil {
+	if st := e.MustStatus(); st.Deploy != nil {
 		t.Fatalf("a subscriber's message started a deploy: %+v", st.Deploy)
 	}
 
@@ -344,7 +345,7 @@ func TestSubscriberMessagesIgnored(t *testing.T) {
 	if s := websocket.CloseStatus(err); s != websocket.StatusMessageTooBig && werr == nil {
 		t.Fatalf("after an oversized message: %v (status %v), want close %v", err, s, websocket.StatusMessageTooBig)
 	}
-	waitFor(t, 3*time.Second, "the subscription ended", func() bool { return e.m.Subscribers() == 0 })
+	testenv.WaitFor(t, 3*time.Second, "the subscription ended", func() bool { return e.Subscribers() == 0 })
 }
 
 // Browsers from other sites are refused (403) unless allowed_origins lists
@@ -396,7 +397,7 @@ func TestOriginChecked(t *testing.T) {
 // not the environment, not the command line.
 func TestNoSecretInFeed(t *testing.T) {
 	e := start(t, testConfig(t))
-	st := e.waitAllReady()
+	st := e.WaitReady()
 	c := e.dial(nil)
 
 	secrets := map[string]string{} // secret -> what it is
@@ -422,7 +423,7 @@ func TestNoSecretInFeed(t *testing.T) {
 	if len(secrets) != 4 {
 		t.Fatalf("found %d tokens for 4 clusters", len(secrets))
 	}
-	for _, s := range []string{"SM_TOKEN", "SM_SOCKET", "SM_SHARD_FIRST", e.cfg.Socket, harnessBin, "--simulate", "--connect-delay"} {
+	for _, s := range []string{"SM_TOKEN", "SM_SOCKET", "SM_SHARD_FIRST", e.cfg.Socket, testenv.Bin("cluster-harness"), "--simulate", "--connect-delay"} {
 		secrets[s] = "environment or command line"
 	}
 
@@ -472,11 +473,11 @@ func TestNoSecretInFeed(t *testing.T) {
 // away), new ones a 503, and the server still stops cleanly.
 func TestManagerStopClosesFeed(t *testing.T) {
 	e := start(t, testConfig(t))
-	e.waitAllReady()
+	e.WaitReady()
 	c := e.dial(nil)
 	read(t, c, 3*time.Second)
 	stopped := make(chan struct{})
-	go func() { defer close(stopped); e.stopManager() }()
+	go func() { defer close(stopped); e.Stop() }()
 	var err error
 	for err == nil {
 		_, err = tryRead(c, 15*time.Second)
@@ -519,7 +520,7 @@ func TestServerStopClosesSockets(t *testing.T) {
 	if took := time.Since(began); took > 3*time.Second {
 		t.Errorf("server took %v to stop", took)
 	}
-	if n := e.m.Subscribers(); n != 0 {
+	if n := e.Subscribers(); n != 0 {
 		t.Fatalf("%d feed subscribers left after the server stopped", n)
 	}
 	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(e.url, "http://"), time.Second); err == nil {

@@ -13,23 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 // writeConfig writes cfg as TOML into dir and returns the file's path.
 func writeConfig(t *testing.T, dir string, cfg *config.Config) string {
 	t.Helper()
-	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(cfg); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "sm.toml")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	cfg.Path = filepath.Join(dir, "sm.toml")
+	testenv.WriteConfig(t, cfg)
+	return cfg.Path
 }
 
 // proc is a process a test started, with its output kept for the failure log.
@@ -106,8 +99,16 @@ func (p *proc) stop() error {
 // children returns the pids of the cluster processes whose parent is pid.
 func children(pid int) []int {
 	var out []int
-	for _, c := range harnessProcesses() {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(c) + "/stat")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err != nil || exe != testenv.Bin("cluster-harness") {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
 			continue
 		}
@@ -139,7 +140,7 @@ func TestBinaryUnderFakeServiceManager(t *testing.T) {
 	dir := shortDir(t)
 	cfg := testConfig(dir)
 	env := append(os.Environ(), "NOTIFY_SOCKET="+sd.path, "WATCHDOG_USEC=1000000")
-	p := startProc(t, env, managerBin, "-config", writeConfig(t, dir, cfg))
+	p := startProc(t, env, testenv.Bin("sm-manager"), "-config", writeConfig(t, dir, cfg))
 
 	i, _ := sd.waitMsg(0, 10*time.Second, "READY=1", func(m sdMsg) bool { return m.has("READY=1") })
 	echoAll(t, cfg.Socket, 4)
@@ -234,7 +235,7 @@ func TestSocketActivation(t *testing.T) {
 	cfg := testConfig(dir)
 	cfgPath := writeConfig(t, dir, cfg)
 	p := startProc(t, os.Environ(), sa, "-l", cfg.Socket, "--fdname=sm-manager.sock",
-		"-E", "NOTIFY_SOCKET="+sd.path, managerBin, "-config", cfgPath)
+		"-E", "NOTIFY_SOCKET="+sd.path, testenv.Bin("sm-manager"), "-config", cfgPath)
 	waitListening(t, cfg.Socket)
 	ino := inode(t, cfg.Socket)
 
@@ -268,7 +269,7 @@ func TestSocketActivationWrongPath(t *testing.T) {
 	dir := shortDir(t)
 	cfg := testConfig(dir)
 	other := filepath.Join(dir, "other.sock")
-	p := startProc(t, os.Environ(), sa, "-l", other, "--fdname=sm-manager.sock", managerBin, "-config", writeConfig(t, dir, cfg))
+	p := startProc(t, os.Environ(), sa, "-l", other, "--fdname=sm-manager.sock", testenv.Bin("sm-manager"), "-config", writeConfig(t, dir, cfg))
 	waitListening(t, other)
 	select {
 	case <-p.done:

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,81 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-// Binaries built once for the whole run, into binDir (which the real-systemd
-// tests also hand to the container).
-var (
-	binDir      string
-	managerBin  string
-	harnessBin  string
-	clientBin   string
-	apiBin      string // "" when cmd/sm-api does not build (yet)
-	apiBuildErr string
-)
-
+// The binaries are built once for the whole run, into testenv.Dir (which the
+// real-systemd tests also hand to the container). sm-api is there for
+// systemd-analyze verify, which needs every ExecStart= binary to exist.
 func TestMain(m *testing.M) {
-	code := func() int {
-		dir, err := os.MkdirTemp("", "sm-systemd-test-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		defer os.RemoveAll(dir)
-		binDir = dir
-		managerBin = filepath.Join(dir, "sm-manager")
-		harnessBin = filepath.Join(dir, "cluster-harness")
-		clientBin = filepath.Join(dir, "smclient")
-		build := exec.Command("go", "build", "-o", dir+"/", "./cmd/sm-manager", "./cmd/cluster-harness", "./systemd/testdata/smclient")
-		build.Dir = ".."
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build:", err)
-			return 2
-		}
-		// sm-api is only installed for systemd-analyze verify, which needs
-		// every ExecStart= binary to exist.
-		api := exec.Command("go", "build", "-o", filepath.Join(dir, "sm-api"), "./cmd/sm-api")
-		api.Dir = ".."
-		if out, err := api.CombinedOutput(); err != nil {
-			apiBuildErr = strings.TrimSpace(string(out))
-		} else {
-			apiBin = filepath.Join(dir, "sm-api")
-		}
-		code := m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintln(os.Stderr, "goleak:", err)
-				code = 1
-			}
-			if left := harnessProcesses(); len(left) > 0 {
-				fmt.Fprintln(os.Stderr, "cluster processes left behind:", left)
-				code = 1
-			}
-		}
-		return code
-	}()
-	os.Exit(code)
-}
-
-// harnessProcesses lists processes still running the test's harness binary.
-func harnessProcesses() []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == harnessBin {
-			out = append(out, pid)
-		}
-	}
-	return out
+	testenv.Main(m, "../cmd/sm-manager", "../cmd/cluster-harness", "../cmd/sm-api", "./testdata/smclient")
 }
 
 // shortDir is a temp dir with a short path: Unix socket paths hold 107 bytes,
@@ -103,25 +37,12 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// testConfig is a small, fast topology: 8 shards, 2 per cluster, 4 clusters,
-// with no TCP listeners (tests run side by side).
+// testConfig is testenv's small, fast topology in dir, with a heartbeat
+// timeout for real processes started side by side.
 func testConfig(dir string) *config.Config {
-	cfg := config.Default()
-	cfg.Socket = filepath.Join(dir, "sm.sock")
-	cfg.Topology = config.Topology{TotalShards: 8, ShardsPerCluster: 2}
-	cfg.Cluster.Command = []string{harnessBin, "--simulate", "--connect-delay=5ms", "--event-interval=0"}
-	cfg.Heartbeat.Interval = config.Duration{Duration: 50 * time.Millisecond}
+	cfg := testenv.Config(dir)
 	cfg.Heartbeat.Timeout = config.Duration{Duration: 3 * time.Second}
-	cfg.Restart.BackoffMin = config.Duration{Duration: 20 * time.Millisecond}
-	cfg.Restart.BackoffMax = config.Duration{Duration: 300 * time.Millisecond}
-	cfg.Restart.StopGrace = config.Duration{Duration: 500 * time.Millisecond}
-	cfg.Requests.Timeout = config.Duration{Duration: 3 * time.Second}
-	cfg.Shutdown.Timeout = config.Duration{Duration: 3 * time.Second}
-	cfg.Status.Listen = ""
-	cfg.Admin.Listen = ""
-	// The simulated bot has no real gateway: no need for Discord's 5s.
-	cfg.Discord.IdentifySpacing = config.Duration{Duration: time.Millisecond}
-	return &cfg
+	return cfg
 }
 
 // sdMsg is one datagram a fake service manager received.
@@ -233,13 +154,10 @@ func raws(msgs []sdMsg) []string {
 // echoAll registers a client on socket and echoes once through every cluster.
 func echoAll(t *testing.T, socket string, clusters int) {
 	t.Helper()
+	c := testenv.Dial(t, socket, "systemd-test")
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := ipc.Dial(ctx, ipc.ClientConfig{Path: socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "systemd-test"}})
-	if err != nil {
-		t.Fatalf("dial and REGISTER: %v", err)
-	}
-	defer c.Close()
 	for i := range clusters {
 		want := fmt.Sprintf(`{"n":%d}`, i)
 		for {
@@ -258,13 +176,4 @@ func echoAll(t *testing.T, socket string, clusters int) {
 	}
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t *testing.T) *slog.Logger { return testenv.Logger(t, slog.LevelDebug) }

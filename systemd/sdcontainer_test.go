@@ -18,6 +18,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
 // sdContainerTool finds ../shared/tools/sd-container beside the repository
@@ -39,7 +40,8 @@ func sdContainerTool(t *testing.T) string {
 }
 
 // container is a real systemd, booted as PID 1 in private namespaces, with
-// this directory's unit files in /etc/systemd/system and binDir kept visible.
+// this directory's unit files in /etc/systemd/system and testenv.Dir kept
+// visible.
 type container struct {
 	t     *testing.T
 	tool  string
@@ -82,7 +84,7 @@ func bootContainer(t *testing.T) *container {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "start", c.state, units)
-	cmd.Env = append(os.Environ(), "SD_KEEP="+binDir)
+	cmd.Env = append(os.Environ(), "SD_KEEP="+testenv.Dir())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		boot, _ := os.ReadFile(filepath.Join(c.state, "boot.log"))
 		t.Fatalf("sd-container start: %v\n%s\nboot.log:\n%s", err, out, boot)
@@ -182,7 +184,7 @@ func (c *container) installConfig(cfg *config.Config) {
 
 func (c *container) installConfigText(text []byte) {
 	c.t.Helper()
-	src := filepath.Join(binDir, "sm.toml")
+	src := filepath.Join(testenv.Dir(), "sm.toml")
 	if err := os.WriteFile(src, text, 0o644); err != nil {
 		c.t.Fatal(err)
 	}
@@ -215,14 +217,7 @@ func readmeConfig(t *testing.T) []byte {
 func (c *container) install(cfg *config.Config) {
 	c.t.Helper()
 	c.must("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "sm")
-	c.sh(fmt.Sprintf("install -m755 %[1]s/sm-manager %[1]s/cluster-harness %[1]s/smclient /usr/local/bin/", binDir))
-	if apiBin != "" {
-		c.must("install", "-m755", apiBin, "/usr/local/bin/sm-api")
-	} else {
-		// systemd-analyze verify needs every ExecStart= binary to exist.
-		c.t.Logf("cmd/sm-api does not build (%s): verifying sm-api.service against a stand-in", lastLines(apiBuildErr, 3))
-		c.must("install", "-m755", "/bin/true", "/usr/local/bin/sm-api")
-	}
+	c.sh(fmt.Sprintf("install -m755 %[1]s/sm-manager %[1]s/cluster-harness %[1]s/smclient %[1]s/sm-api /usr/local/bin/", testenv.Dir()))
 	if cfg != nil {
 		c.installConfig(cfg)
 	} else {
@@ -234,7 +229,7 @@ func (c *container) install(cfg *config.Config) {
 // dropIn adds a drop-in to unit (test timings; the shipped files are unchanged).
 func (c *container) dropIn(unit, name, body string) {
 	c.t.Helper()
-	src := filepath.Join(binDir, unit+"-"+name+".conf")
+	src := filepath.Join(testenv.Dir(), unit+"-"+name+".conf")
 	if err := os.WriteFile(src, []byte(body+"\n"), 0o644); err != nil {
 		c.t.Fatal(err)
 	}

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/harness/harnesstest"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -24,38 +23,19 @@ import (
 // the child the built cluster-harness runs in --exec tests.
 const botArg = "harnesstest-bot"
 
-// binary is cluster-harness, built once by TestMain.
-var binary string
-
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == botArg {
 		os.Exit(harnesstest.Bot(os.Stdin, os.Stdout, os.Getenv))
-	}
-	dir, err := os.MkdirTemp("", "cluster-harness-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "cluster-harness")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build cluster-harness:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
 	}
 	// Race-built processes sleep a second at exit by default; these exit often.
 	if os.Getenv("GORACE") == "" {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
+	build := []string{"."}
+	if raceEnabled {
+		build = []string{"-race", "."}
+	}
+	testenv.Main(m, build...)
 }
 
 const wait = 5 * time.Second
@@ -72,7 +52,7 @@ type harnessProc struct {
 // of m, with extra environment variables and args.
 func startHarness(t *testing.T, m *harnesstest.Manager, env []string, args ...string) *harnessProc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(testenv.Bin("cluster-harness"), args...)
 	cmd.Env = append(os.Environ(),
 		"SM_SOCKET="+m.Path, "SM_CLUSTER=1", "SM_GENERATION=3",
 		"SM_SHARD_FIRST=2", "SM_SHARD_LAST=3", "SM_TOTAL_SHARDS=4", "SM_TOKEN=secret-"+t.Name())

@@ -14,34 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/sm-supervisor/sm/internal/testenv"
 )
 
-var bin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sm-api-cmd-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	bin = filepath.Join(dir, "sm-api")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build sm-api:", err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, ".") }
 
 // writeConfig writes a config whose manager socket nobody serves.
 func writeConfig(t *testing.T, api string) string {
@@ -56,7 +32,7 @@ func writeConfig(t *testing.T, api string) string {
 
 func TestRefusesToStartWithoutToken(t *testing.T) {
 	cfg := writeConfig(t, `token_env = "SM_API_TEST_NO_SUCH_VAR"`)
-	cmd := exec.Command(bin, "-config", cfg)
+	cmd := exec.Command(testenv.Bin("sm-api"), "-config", cfg)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
@@ -70,7 +46,7 @@ func TestRefusesToStartWithoutToken(t *testing.T) {
 // Without a manager sm-api serves: healthy, not ready; SIGTERM stops it cleanly.
 func TestServesAndStops(t *testing.T) {
 	cfg := writeConfig(t, `token_env = "SM_API_TEST_TOKEN"`)
-	cmd := exec.Command(bin, "-config", cfg)
+	cmd := exec.Command(testenv.Bin("sm-api"), "-config", cfg)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SM_API_TEST_TOKEN=0123456789abcdef0123"}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

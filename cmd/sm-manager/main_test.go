@@ -15,36 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-var binDir string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sm-manager-cmd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	build := exec.Command("go", "build", "-o", dir+"/", ".", "../cluster-harness")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
-		os.Exit(2)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, ".", "../cluster-harness") }
 
 // fakeDiscord is Discord's GET /gateway/bot, for tests only. It answers 429
 // first when told to, and refuses any other token.
@@ -92,7 +67,7 @@ listen = ""
 token_env = "SM_TEST_DISCORD_TOKEN"
 api_base_url = %q
 identify_spacing = "1ms"
-`, filepath.Join(dir, "sm.sock"), filepath.Join(binDir, "cluster-harness"), apiURL+"/api/v10")
+`, filepath.Join(dir, "sm.sock"), testenv.Bin("cluster-harness"), apiURL+"/api/v10")
 	path := filepath.Join(dir, "sm.toml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -108,7 +83,7 @@ func TestAutoTopology(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, srv.URL)
-	cmd := exec.Command(filepath.Join(binDir, "sm-manager"), "-config", cfg)
+	cmd := exec.Command(testenv.Bin("sm-manager"), "-config", cfg)
 	cmd.Env = append(os.Environ(), "SM_TEST_DISCORD_TOKEN="+testToken)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -190,7 +165,7 @@ func TestAutoTopologyTokenRefused(t *testing.T) {
 	srv := httptest.NewServer(&fakeDiscord{shards: 4, maxConc: 1})
 	defer srv.Close()
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(binDir, "sm-manager"), "-config", writeConfig(t, dir, srv.URL))
+	cmd := exec.Command(testenv.Bin("sm-manager"), "-config", writeConfig(t, dir, srv.URL))
 	cmd.Env = append(os.Environ(), "SM_TEST_DISCORD_TOKEN=wrong.token-value-99999")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
