@@ -210,6 +210,7 @@ func (c *Client) session(ctx context.Context, registered func()) error {
 	}
 	registered()
 
+	var dec Decoder
 	for {
 		line, err := conn.ReadFrame()
 		if err != nil {
@@ -222,7 +223,7 @@ func (c *Client) session(ctx context.Context, registered func()) error {
 			}
 			return err
 		}
-		f, err := Decode(line)
+		f, err := dec.Decode(line)
 		if err != nil {
 			c.log.Warn("ipc: undecodable frame from manager", "err", err)
 			continue

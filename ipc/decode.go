@@ -14,37 +14,54 @@ import (
 // frame to encoding/json, so what Decode returns never depends on which path
 // ran. It exists because encoding/json was half of the manager's CPU under
 // load (docs/performance.md); FuzzDecodeFast checks it against json.Unmarshal.
-func decodeFast(b []byte) (f *Frame, ok bool) {
+func decodeFast(b []byte, d *Decoder) (*Frame, bool) {
+	f := new(Frame)
+	if !decodeFastInto(f, b, d, false) {
+		return nil, false
+	}
+	return f, true
+}
+
+// decodeFastInto is decodeFast into f, which must be zero. With view, the
+// payload and resume are views into b rather than copies.
+func decodeFastInto(f *Frame, b []byte, d *Decoder, view bool) bool {
 	s := jsonscan.New(b)
 	s.WS()
 	if !s.Eat('{') {
-		return nil, false
+		return false
 	}
-	f = new(Frame)
+	raw := (*jsonscan.Scanner).RawValue
+	if view {
+		raw = (*jsonscan.Scanner).RawView
+	}
 	var seen uint32
 	for {
 		s.WS()
 		key, ok := s.PlainString()
 		if !ok {
-			return nil, false
+			return false
 		}
 		s.WS()
 		if !s.Eat(':') {
-			return nil, false
+			return false
 		}
 		s.WS()
 		key2 := fastKey(key)
 		if key2 == 0 || seen&key2 != 0 {
-			return nil, false // unknown, case-folded or repeated: encoding/json's rules apply
+			return false // unknown, case-folded or repeated: encoding/json's rules apply
 		}
 		seen |= key2
 		switch key2 {
 		case keyOp:
-			f.Op, ok = opValue(&s)
+			f.Op, ok = opValue(&s, d)
 		case keyID:
 			f.ID, ok = s.StringValue()
 		case keyTarget:
-			f.Target, ok = s.StringValue()
+			if d != nil {
+				f.Target, ok = interned(&s, &d.target)
+			} else {
+				f.Target, ok = s.StringValue()
+			}
 		case keyRole:
 			f.Role, ok = s.StringValue()
 		case keyName:
@@ -52,9 +69,9 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 		case keyToken:
 			f.Token, ok = s.StringValue()
 		case keyPayload:
-			f.Payload, ok = s.RawValue()
+			f.Payload, ok = raw(&s)
 		case keyResume:
-			f.Resume, ok = s.RawValue()
+			f.Resume, ok = raw(&s)
 		case keyTimeoutMS:
 			f.TimeoutMS, ok = s.Integer(64)
 		case keyCluster:
@@ -87,18 +104,18 @@ func decodeFast(b []byte) (f *Frame, ok bool) {
 			}
 		}
 		if !ok {
-			return nil, false
+			return false
 		}
 		s.WS()
 		if s.Eat('}') {
 			break
 		}
 		if !s.Eat(',') {
-			return nil, false
+			return false
 		}
 	}
 	s.WS()
-	return f, s.Done()
+	return s.Done()
 }
 
 // The keys decodeFast handles, each a bit so that a repeat is spotted.
@@ -159,8 +176,9 @@ func fastKey(key []byte) uint32 {
 }
 
 // opValue is StringValue for the op, sparing the protocol's own ops an
-// allocation: they are most of the frames.
-func opValue(s *jsonscan.Scanner) (string, bool) {
+// allocation (they are most of the frames), and with a Decoder a repeated
+// business op too.
+func opValue(s *jsonscan.Scanner, d *Decoder) (string, bool) {
 	start := s.Pos()
 	b, ok := s.PlainString()
 	if !ok {
@@ -181,5 +199,23 @@ func opValue(s *jsonscan.Scanner) (string, bool) {
 		return OpQuiesced, true
 	}
 	s.Seek(start)
+	if d != nil {
+		return interned(s, &d.op)
+	}
 	return s.StringValue()
+}
+
+// interned is StringValue returning *last when the value equals it, and
+// remembering the value otherwise.
+func interned(s *jsonscan.Scanner, last *string) (string, bool) {
+	start := s.Pos()
+	if b, ok := s.PlainString(); ok && *last != "" && string(b) == *last {
+		return *last, true
+	}
+	s.Seek(start)
+	v, ok := s.StringValue()
+	if ok {
+		*last = v
+	}
+	return v, ok
 }

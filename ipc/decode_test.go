@@ -107,6 +107,39 @@ func FuzzDecodeFast(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { checkDecodeFast(t, data) })
 }
 
+// FuzzDecoder: a Decoder, whatever frame it read before, decodes a frame
+// exactly as Decode does (its kept op and target never leak into another frame).
+func FuzzDecoder(f *testing.F) {
+	for i, s := range decodeSeeds {
+		f.Add([]byte(decodeSeeds[(i+1)%len(decodeSeeds)]), []byte(s))
+	}
+	f.Add([]byte(`{"op":"echo","target":"1"}`), []byte(`{"op":"echo","target":"1","id":"2"}`))
+	f.Add([]byte(`{"op":"echo","target":"1"}`), []byte(`{"op":"echO","target":"12"}`))
+	f.Add([]byte(`{"op":"echo","target":"1"}`), []byte(`{"op":"ech\u006f","target":"\u0031"}`))
+	f.Fuzz(func(t *testing.T, prime, data []byte) {
+		var d ipc.Decoder
+		d.Decode(prime)
+		got, gotErr := d.Decode(data)
+		want, wantErr := ipc.Decode(data)
+		if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %q, Decoder gave %+v, %v for %q; Decode %+v, %v", prime, got, gotErr, data, want, wantErr)
+		}
+	})
+}
+
+func TestDecoderKeepsRepeatedStrings(t *testing.T) {
+	var d ipc.Decoder
+	frame := []byte(`{"op":"guild.sync","id":"7","target":"guild:123","payload":1}`)
+	d.Decode(frame)
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := d.Decode(frame); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 3 {
+		t.Errorf("a repeated op and target: %v allocations per frame, want 3 (frame, id, payload)", n)
+	}
+}
+
 // BenchmarkDecode is the decoding of one request the manager forwards: the
 // route scenario's echo with a 200-byte payload.
 func BenchmarkDecode(b *testing.B) {
@@ -115,6 +148,15 @@ func BenchmarkDecode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := ipc.Decode(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Decoder", func(b *testing.B) {
+		var d ipc.Decoder
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := d.Decode(frame); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -128,4 +170,46 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// FuzzDecodeReply: what DecodeReply takes, Decode decodes to the same frame.
+func FuzzDecodeReply(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"op":"REPLY","id":"1a","payload":{"data":"xyz"}}`))
+	f.Add([]byte(`{"op":"REPLY","id":"1a","error":{"code":"timeout","message":"m"}}`))
+	f.Add([]byte(`{"op":"REPLY" ,"id":"1a","payload":[1,2]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d ipc.Decoder
+		got, ok := d.DecodeReply(data)
+		if !ok {
+			return
+		}
+		want, err := ipc.Decode(data)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeReply(%q) = %+v; Decode gives %+v, %v", data, got, want, err)
+		}
+	})
+}
+
+func TestDecodeReplyReusesItsFrame(t *testing.T) {
+	var d ipc.Decoder
+	a := []byte(`{"op":"REPLY","id":"1","payload":{"n":1}}`)
+	b := []byte(`{"op":"REPLY","id":"2"}`)
+	f, ok := d.DecodeReply(a)
+	if !ok || f.ID != "1" || string(f.Payload) != `{"n":1}` {
+		t.Fatalf("DecodeReply(a) = %+v, %v", f, ok)
+	}
+	if n := testing.AllocsPerRun(100, func() { d.DecodeReply(a) }); n > 1 {
+		t.Errorf("DecodeReply allocates %v times, want 1 (the id)", n)
+	}
+	if g, ok := d.DecodeReply(b); !ok || g != f || g.ID != "2" || g.Payload != nil {
+		t.Errorf("the second reply: %+v, %v (same frame: %v), want id 2 and no payload left over", g, ok, g == f)
+	}
+	for _, other := range []string{`{"op":"ping","id":"1"}`, `{"id":"1","op":"REPLY"}`, `{"op":"REPLY","id":"1","error":{"code":"x","message":"y"}}`} {
+		if _, ok := d.DecodeReply([]byte(other)); ok {
+			t.Errorf("DecodeReply took %s", other)
+		}
+	}
 }

@@ -110,10 +110,11 @@ type proc struct {
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
 	dead atomic.Bool          // exited or disconnected: never route to it
-	// seen is when the reader last got any frame from the process (unix ns):
-	// a process busy answering a flood is alive even if its heartbeat is
-	// queued behind its replies.
-	seen atomic.Int64
+	// frames counts the frames the reader got from the process: a process
+	// busy answering a flood is alive even if its heartbeat is queued behind
+	// its replies. The loop notes on each tick when the count last moved
+	// (framesSeen, seenAt), which spares the reader a clock read per frame.
+	frames atomic.Uint64
 	// beats is what its heartbeats left for the loop (heartbeat.go).
 	beats beatBox
 
@@ -124,9 +125,12 @@ type proc struct {
 	state     procState
 	activated bool
 	lastBeat  time.Time
-	readyAt   time.Time
-	beat      json.RawMessage // last heartbeat payload, passed through unread
-	quiesced  bool
+	// framesSeen is frames as of the tick that last saw it move, at seenAt.
+	framesSeen uint64
+	seenAt     time.Time
+	readyAt    time.Time
+	beat       json.RawMessage // last heartbeat payload, passed through unread
+	quiesced   bool
 }
 
 // usable reports whether requests may be sent to p now.
@@ -497,9 +501,12 @@ func (m *Manager) checkHeartbeats(now time.Time) {
 		default:
 			continue
 		}
+		if n := p.frames.Load(); n != p.framesSeen {
+			p.framesSeen, p.seenAt = n, now
+		}
 		last := p.lastBeat
-		if seen := time.Unix(0, p.seen.Load()); seen.After(last) && p.state != procStarting {
-			last = seen
+		if p.seenAt.After(last) && p.state != procStarting {
+			last = p.seenAt
 		}
 		if silent := now.Sub(last); silent > limit {
 			m.log.Warn("cluster missed heartbeats; stopping it", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "silent", silent.Round(time.Millisecond))

@@ -81,6 +81,7 @@ func (m *Manager) serve(c *conn) {
 	if !m.register(c) {
 		return
 	}
+	var dec ipc.Decoder
 	for {
 		if !c.c.FrameBuffered() {
 			c.out.Flush() // before the read waits for the socket
@@ -95,9 +96,15 @@ func (m *Manager) serve(c *conn) {
 			return
 		}
 		if c.proc != nil {
-			c.proc.seen.Store(time.Now().UnixNano())
+			c.proc.frames.Add(1)
+			// Most of what a cluster sends is replies, handed on at once:
+			// decoded in place, payload unread and uncopied.
+			if rf, ok := dec.DecodeReply(line); ok {
+				m.completeReply(c, rf)
+				continue
+			}
 		}
-		f, err := ipc.Decode(line)
+		f, err := dec.Decode(line)
 		if err != nil {
 			id := ""
 			if f != nil {

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -224,7 +225,9 @@ func (m *Manager) send(pr *proc, p *pending) {
 			m.forget(p) // the deadline passed while we were registering it
 			return
 		}
-		out.ID = strconv.FormatUint(mid, 36)
+		// Formatted on the stack: out does not outlive this call.
+		var idb [13]byte
+		out.ID = string(strconv.AppendUint(idb[:0], mid, 36))
 	}
 	err := ipc.ErrClosed
 	if c != nil {
@@ -261,7 +264,9 @@ func (m *Manager) forget(p *pending) {
 	m.pmu.Unlock()
 }
 
-// completeReply routes a cluster's REPLY back to the request's sender.
+// completeReply routes a cluster's REPLY back to the request's sender. f and
+// its payload may be the reader's (ipc.Decoder.DecodeReply): nothing here
+// keeps them past the call.
 func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 	mid, err := strconv.ParseUint(f.ID, 36, 64)
 	var p *pending
@@ -297,7 +302,9 @@ func (m *Manager) deliverVia(b *ipc.Batch, p *pending, payload json.RawMessage, 
 		m.metrics.failed.WithLabelValues(e.Code).Inc()
 	}
 	if p.bc != nil {
-		p.bc.set(p.bcIdx, payload, e)
+		// Kept until the last part: a copy, since a reply's payload may be
+		// a view into its reader's buffer.
+		p.bc.set(p.bcIdx, bytes.Clone(payload), e)
 		return
 	}
 	if p.origID == "" {

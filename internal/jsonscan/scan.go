@@ -105,11 +105,20 @@ func (s *Scanner) StringValue() (string, bool) {
 // and returns a copy of its bytes (null is left to encoding/json, which has
 // its own rule for it).
 func (s *Scanner) RawValue() ([]byte, bool) {
+	v, ok := s.RawView()
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), v...), true
+}
+
+// RawView is RawValue without the copy: a view into the input.
+func (s *Scanner) RawView() ([]byte, bool) {
 	start := s.i
 	if s.Peek() == 'n' || !s.Value(0) {
 		return nil, false
 	}
-	return append([]byte(nil), s.b[start:s.i]...), true
+	return s.b[start:s.i], true
 }
 
 // Integer reads a JSON number that is a plain integer fitting in bits.
