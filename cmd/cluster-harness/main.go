@@ -12,10 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/sm-supervisor/sm/harness"
+	"github.com/sm-supervisor/sm/internal/cpuprofile"
 )
 
 func main() {
@@ -48,26 +48,11 @@ func run() error {
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 	if dir := os.Getenv("SM_HARNESS_CPUPROFILE_DIR"); dir != "" {
-		stop, err := startCPUProfile(filepath.Join(dir, fmt.Sprintf("cluster-harness.%d.prof", os.Getpid())))
+		stop, err := cpuprofile.Start(filepath.Join(dir, fmt.Sprintf("cluster-harness.%d.prof", os.Getpid())))
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	return harness.Run(context.Background(), cfg)
-}
-
-// startCPUProfile writes a CPU profile to path until the returned stop is
-// called. SM_HARNESS_CPUPROFILE_DIR turns it on, one file per process, for
-// profiling a whole fleet under sm-bench (docs/harness.md).
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/cpuprofile"
 	"github.com/sm-supervisor/sm/manager"
 	"github.com/sm-supervisor/sm/statusws"
 	"github.com/sm-supervisor/sm/systemd"
@@ -43,7 +43,7 @@ func run() error {
 	flag.Usage = usage
 	flag.Parse()
 	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+		stop, err := cpuprofile.Start(*cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -172,19 +172,6 @@ func usage() {
 		}
 	})
 	shown.PrintDefaults()
-}
-
-// startCPUProfile writes a CPU profile to path until the returned stop is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func newLogger(level string, asJSON bool) *slog.Logger {
