@@ -72,20 +72,10 @@ type adopted struct {
 	status string
 }
 
-// wait blocks in the runtime's poller (no thread held) until the pidfd is
-// readable, which it becomes when the process exits.
+// wait returns when the process exits (waitReadable on its pidfd).
 func (p *adopted) wait() {
 	defer close(p.exited)
-	raw, err := p.f.SyscallConn()
-	if err != nil {
-		p.setStatus("unwatchable: " + err.Error())
-		return
-	}
-	err = raw.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err == nil && n > 0
-	})
+	err := waitReadable(p.f)
 	switch {
 	case err == nil:
 		// Not our child: the exit code belongs to its new parent. What the
@@ -96,6 +86,21 @@ func (p *adopted) wait() {
 		p.setStatus("watch closed: " + err.Error())
 	}
 	p.f.Close()
+}
+
+// waitReadable blocks in the runtime's poller, holding no thread, until the
+// pidfd f is readable, which it becomes when its process exits; or until f
+// is closed (an error).
+func waitReadable(f *os.File) error {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return raw.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	})
 }
 
 func (p *adopted) setStatus(s string) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -90,13 +91,7 @@ func (p *execProcess) wait() {
 	// The group is killed when the leader exits but before it is reaped (and
 	// before Wait, which waits for output pipes the group may hold): while it
 	// is a zombie its pid, the group's id, cannot be reused.
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	awaitExit(p.pid)
 	syscall.Kill(-p.pid, syscall.SIGKILL)
 	err := p.cmd.Wait()
 	if p.cmd.ProcessState != nil {
@@ -107,6 +102,30 @@ func (p *execProcess) wait() {
 		p.status = err.Error()
 	}
 	close(p.exited)
+}
+
+// awaitExit returns once child pid has exited, without reaping it. It waits
+// on a pidfd in the runtime's poller, so a fleet of children holds no thread
+// each; where pidfds are missing (Linux before 5.3) it blocks a thread in
+// waitid(WNOWAIT) instead.
+func awaitExit(pid int) {
+	// Race-free: only this process can reap its child, so the pid cannot
+	// name another process before Wait.
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
+		err := waitReadable(f)
+		f.Close()
+		if err == nil {
+			return
+		}
+	}
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != syscall.EINTR {
+			return
+		}
+	}
 }
 
 func (p *execProcess) PID() int                        { return p.pid }
