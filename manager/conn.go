@@ -34,8 +34,12 @@ type conn struct {
 func (c *conn) send(f *ipc.Frame) error { return c.c.SendFrame(f) }
 
 func (c *conn) reply(id string, payload json.RawMessage) {
-	if id != "" {
-		c.send(ipc.Reply(id, payload))
+	if id == "" {
+		return
+	}
+	if err := c.send(ipc.Reply(id, payload)); errors.Is(err, ipc.ErrFrameTooLarge) {
+		// Still exactly one REPLY for the id.
+		c.send(ipc.ReplyError(id, ipc.Errorf(ipc.CodeFrameTooLarge, "the reply (%d payload bytes) exceeds limits.max_frame_bytes", len(payload))))
 	}
 }
 

@@ -176,11 +176,13 @@ func (m *Manager) Subscribe(buf int) (*Subscription, error) {
 func (m *Manager) Subscribers() int { return m.feed.count() }
 
 func (m *Manager) snapshotEvent(typ string) []byte {
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Status Status `json:"status"`
-	}{typ, m.snapshot(time.Now())})
-	return b
+	return m.encodeStatus(m.snapshot(time.Now()), func(st Status) []byte {
+		b, _ := json.Marshal(struct {
+			Type   string `json:"type"`
+			Status Status `json:"status"`
+		}{typ, st})
+		return b
+	})
 }
 
 // touch marks a cluster's state as changed; flushFeed publishes it.
@@ -276,8 +278,10 @@ func (m *Manager) statusOp(c *conn, f *ipc.Frame) {
 		c.replyErr(f.ID, ipc.CodeShuttingDown, "manager is shutting down")
 		return
 	}
-	b, _ := json.Marshal(st)
-	c.reply(f.ID, b)
+	c.reply(f.ID, m.encodeStatus(st, func(st Status) []byte {
+		b, _ := json.Marshal(st)
+		return b
+	}))
 }
 
 // watch is the read-only WATCH op: the connection receives the state feed as

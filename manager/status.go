@@ -20,6 +20,37 @@ type Status struct {
 	// Discord is the identify gate and session-start budget.
 	Discord *DiscordStatus `json:"discord,omitempty"`
 	At      time.Time      `json:"at"`
+	// HeartbeatsOmitted says the clusters' heartbeat payloads were left out
+	// so that the snapshot fits in limits.max_frame_bytes (a fleet of about a
+	// thousand clusters with 1 KiB heartbeats); the heartbeat events that
+	// follow carry them.
+	HeartbeatsOmitted bool `json:"heartbeats_omitted,omitempty"`
+}
+
+// withoutHeartbeats is st with no cluster's heartbeat payload.
+func (st Status) withoutHeartbeats() Status {
+	cs := make([]ClusterStatus, len(st.Clusters))
+	copy(cs, st.Clusters)
+	for i := range cs {
+		cs[i].Heartbeat = nil
+	}
+	st.Clusters, st.HeartbeatsOmitted = cs, true
+	return st
+}
+
+// frameRoom is what a STATUS reply's or a snapshot event's payload may take
+// of limits.max_frame_bytes: the rest is the frame around it (op, id).
+const frameRoom = 512
+
+// encodeStatus is encode(st), or, if that would not fit in a frame,
+// encode(st without heartbeat payloads): a snapshot too large to send would
+// fail STATUS and cut off every WATCH.
+func (m *Manager) encodeStatus(st Status, encode func(Status) []byte) []byte {
+	b := encode(st)
+	if len(b) > m.cfg.Limits.MaxFrameBytes-frameRoom {
+		b = encode(st.withoutHeartbeats())
+	}
+	return b
 }
 
 // ClusterStatus is one cluster in a Status.
