@@ -61,6 +61,7 @@ func (m *Manager) restore() bool {
 			p.slot = &slot{id: sp.Cluster, first: sp.ShardFirst, last: sp.ShardLast, topo: sp.Topology, gen: sp.Generation, retired: true}
 		}
 		m.procs[p.seq] = p
+		m.liveProcs.Add(1)
 		m.watchExit(p)
 		adopted++
 		m.log.Info("awaiting surviving cluster", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "routed", sp.Routed)

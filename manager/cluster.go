@@ -215,6 +215,7 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 	p.lastBeat = p.spawned
 	p.startTime, _ = supervise.StartTime(process.PID())
 	m.procs[p.seq] = p
+	m.liveProcs.Add(1)
 	m.touch(s)
 	m.log.Info("cluster spawned", "cluster", s.id, "generation", gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
 	m.watchExit(p)
@@ -431,6 +432,7 @@ func (e evExit) apply(m *Manager) {
 	wasStopping := p.state >= procQuiescing
 	p.state = procExited
 	delete(m.procs, p.seq)
+	m.liveProcs.Add(-1)
 	m.cancelIdentifies(p)
 	m.touch(p.slot)
 	if c := p.conn.Load(); c != nil {

@@ -66,8 +66,10 @@ type Manager struct {
 	done   chan struct{} // closed when Run has finished with the event loop
 
 	procSeq atomic.Uint64
-	reqSeq  atomic.Uint64
-	connSeq atomic.Uint64
+	// liveProcs is len(m.procs), for the accept loop's connection limit.
+	liveProcs atomic.Int64
+	reqSeq    atomic.Uint64
+	connSeq   atomic.Uint64
 
 	pmu     sync.Mutex
 	pending map[uint64]*pending
@@ -319,7 +321,10 @@ func (m *Manager) addConn(nc net.Conn) (*conn, bool) {
 		c.refuse(ipc.CodeShuttingDown, "manager is shutting down")
 		return nil, false
 	}
-	if len(m.conns) >= m.cfg.Limits.MaxConnections {
+	// Each supervised process is owed a connection on top of the limit, so
+	// a large fleet never locks its own clusters (or a deploy's new
+	// generation) out.
+	if len(m.conns) >= m.cfg.Limits.MaxConnections+int(m.liveProcs.Load()) {
 		m.log.Warn("connection refused: limits.max_connections reached", "conn", c.id)
 		c.refuse(ipc.CodeBusy, "too many connections (limits.max_connections)")
 		return nil, false
