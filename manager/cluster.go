@@ -522,6 +522,7 @@ func (m *Manager) stop(p *proc, reason string) {
 	if p.state >= procStopping {
 		return
 	}
+	m.drainBeat(p) // its resume reports still count
 	p.state = procStopping
 	m.touch(p.slot)
 	m.unroute(p)

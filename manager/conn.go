@@ -20,6 +20,9 @@ type conn struct {
 	role string
 	name string
 	proc *proc // for role cluster; set once at REGISTER
+	// client: registered as a client and counted in Manager.clients.
+	// Only serve's goroutine uses it.
+	client bool
 
 	// out holds back what handling this connection's frames sends to others
 	// (forwarded requests, routed replies) until no whole frame is left to
@@ -64,6 +67,9 @@ func (m *Manager) serve(c *conn) {
 		close(watchDone)
 		c.c.Close()
 		<-c.c.Done()
+		if c.client {
+			m.clients.Add(-1)
+		}
 		m.removeConn(c)
 		if c.proc != nil {
 			m.post(evDisconnect{p: c.proc, c: c})
@@ -173,6 +179,17 @@ func (m *Manager) register(c *conn) bool {
 	}
 	switch f.Role {
 	case ipc.RoleClient:
+		// Clients, not clusters, are what max_connections bounds: checked
+		// here, where the role is known, so that no client can take a
+		// connection a supervised process is owed.
+		if m.clients.Add(1) > int64(m.cfg.Limits.MaxConnections) {
+			m.clients.Add(-1)
+			m.log.Warn("client refused: limits.max_connections reached", "conn", c.id, "name", f.Name)
+			c.send(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeBusy, "too many client connections (limits.max_connections)")))
+			c.c.Close()
+			return false
+		}
+		c.client = true
 		c.role, c.name = ipc.RoleClient, f.Name
 		c.reply(f.ID, m.clientHello(c))
 		m.log.Info("client registered", "conn", c.id, "name", f.Name, "peer_pid", c.cred.PID)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -314,7 +315,14 @@ func (m *Manager) watch(c *conn, f *ipc.Frame) {
 					}
 					return
 				}
-				if c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: ev}) != nil {
+				if err := c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: ev}); err != nil {
+					if errors.Is(err, ipc.ErrFrameTooLarge) {
+						// Even without heartbeat payloads (a huge fleet's
+						// snapshot with a deploy's status): end the watch
+						// as a drop, so the watcher knows and may WATCH again.
+						c.watching.Store(false)
+						c.send(&ipc.Frame{Op: ipc.OpEvent, Payload: json.RawMessage(`{"type":"dropped","reason":"frame_too_large"}`)})
+					}
 					return
 				}
 			case <-c.watchStop:

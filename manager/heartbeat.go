@@ -26,12 +26,15 @@ const maxPendingResume = 4
 // beatBox is what a process's heartbeats left for the loop since it last
 // looked. Written by the process's connection goroutine, read by the loop.
 type beatBox struct {
-	mu      sync.Mutex
-	n       int // heartbeats since the loop last looked
-	at      time.Time
-	ready   bool
-	payload json.RawMessage
-	resume  []json.RawMessage // in arrival order: each report counts
+	mu    sync.Mutex
+	n     int // heartbeats since the loop last looked
+	at    time.Time
+	ready bool // the last heartbeat's
+	// sawReady latches a ready heartbeat until the loop takes it: ready
+	// latches (protocol.md), even if a later heartbeat says false.
+	sawReady bool
+	payload  json.RawMessage
+	resume   []json.RawMessage // in arrival order: each report counts
 	// steady is set by the loop once nothing a heartbeat says needs it
 	// woken: the process is ready and its slot not in a crash loop.
 	steady bool
@@ -39,19 +42,49 @@ type beatBox struct {
 
 // heartbeat is the reader's half of a HEARTBEAT from p.
 func (m *Manager) heartbeat(p *proc, f *ipc.Frame, now time.Time) {
-	b := &p.beats
+	if p.beats.stamp(f, now) || m.feed.count() > 0 {
+		m.post(evHeartbeat{p: p})
+	}
+}
+
+// stamp records a heartbeat and reports whether the loop must take it now.
+func (b *beatBox) stamp(f *ipc.Frame, now time.Time) (wake bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.n++
 	b.at, b.payload = now, f.Payload
 	b.ready = f.Ready != nil && *f.Ready
+	b.sawReady = b.sawReady || b.ready
 	if len(f.Resume) > 0 {
 		b.resume = append(b.resume, f.Resume)
 	}
-	wake := !b.steady || len(b.resume) >= maxPendingResume
+	return !b.steady || len(b.resume) >= maxPendingResume
+}
+
+// beats is what take hands the loop: the heartbeats since it last looked.
+type beats struct {
+	n        int // how many; 0: nothing to do
+	at       time.Time
+	ready    bool // the last one's
+	sawReady bool // any of them
+	payload  json.RawMessage
+	resume   []json.RawMessage
+}
+
+// take empties the box.
+func (b *beatBox) take() beats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := beats{n: b.n, at: b.at, ready: b.ready, sawReady: b.sawReady, payload: b.payload, resume: b.resume}
+	b.n, b.resume, b.sawReady = 0, nil, false
+	return t
+}
+
+// setSteady records whether the loop needs waking for p's heartbeats.
+func (b *beatBox) setSteady(steady bool) {
+	b.mu.Lock()
+	b.steady = steady
 	b.mu.Unlock()
-	if wake || m.feed.count() > 0 {
-		m.post(evHeartbeat{p: p})
-	}
 }
 
 // evHeartbeat asks the loop to take p's heartbeats now.
@@ -69,11 +102,8 @@ func (m *Manager) drainBeats() {
 // drainBeat is the loop's half of p's heartbeats since it last looked: the
 // last one's time, payload and readiness, and every resume report in order.
 func (m *Manager) drainBeat(p *proc) {
-	b := &p.beats
-	b.mu.Lock()
-	n, at, ready, payload, resume := b.n, b.at, b.ready, b.payload, b.resume
-	b.n, b.resume = 0, nil
-	b.mu.Unlock()
+	t := p.beats.take()
+	n, at, ready, sawReady, payload, resume := t.n, t.at, t.ready, t.sawReady, t.payload, t.resume
 	if n == 0 || p.state >= procStopping {
 		return
 	}
@@ -83,7 +113,7 @@ func (m *Manager) drainBeat(p *proc) {
 		m.takeResume(p, r, at)
 	}
 	m.publishHeartbeat(p, ready, payload, at)
-	if ready && p.state == procRegistered {
+	if sawReady && p.state == procRegistered {
 		p.state = procReady
 		p.readyAt = at
 		m.touch(p.slot)
@@ -99,8 +129,5 @@ func (m *Manager) drainBeat(p *proc) {
 		m.touch(s)
 		m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
 	}
-	steady := p.state == procReady && !(s.current == p && s.hist.CrashLoop)
-	b.mu.Lock()
-	b.steady = steady
-	b.mu.Unlock()
+	p.beats.setSteady(p.state == procReady && !(s.current == p && s.hist.CrashLoop))
 }

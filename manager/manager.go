@@ -66,10 +66,12 @@ type Manager struct {
 	done   chan struct{} // closed when Run has finished with the event loop
 
 	procSeq atomic.Uint64
-	// liveProcs is len(m.procs), for the accept loop's connection limit.
-	liveProcs atomic.Int64
-	reqSeq    atomic.Uint64
-	connSeq   atomic.Uint64
+	// liveProcs is len(m.procs), for the accept loop's connection limit;
+	// clients counts the connections registered as clients, which
+	// limits.max_connections bounds.
+	liveProcs, clients atomic.Int64
+	reqSeq             atomic.Uint64
+	connSeq            atomic.Uint64
 
 	pmu     sync.Mutex
 	pending map[uint64]*pending
@@ -323,7 +325,8 @@ func (m *Manager) addConn(nc net.Conn) (*conn, bool) {
 	}
 	// Each supervised process is owed a connection on top of the limit, so
 	// a large fleet never locks its own clusters (or a deploy's new
-	// generation) out.
+	// generation) out. This bounds connections not yet registered too; the
+	// clients among them are held to the limit at REGISTER.
 	if len(m.conns) >= m.cfg.Limits.MaxConnections+int(m.liveProcs.Load()) {
 		m.log.Warn("connection refused: limits.max_connections reached", "conn", c.id)
 		c.refuse(ipc.CodeBusy, "too many connections (limits.max_connections)")
