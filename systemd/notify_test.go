@@ -154,8 +154,10 @@ func checkPingRate(t *testing.T, start time.Time, pings []time.Time, period, tim
 	if len(pings) == 0 {
 		t.Fatal("no WATCHDOG=1")
 	}
-	if d := pings[0].Sub(start); d > period {
-		t.Errorf("first ping %v after start, want at once", d)
+	// Within a period, with room for the scheduler of a busy machine (a
+	// ping due at the period's end came at 501 ms of 500 once in CI).
+	if d := pings[0].Sub(start); d > period*3/2 {
+		t.Errorf("first ping %v after start, want within a period (%v)", d, period)
 	}
 	for i := 1; i < len(pings); i++ {
 		if gap := pings[i].Sub(pings[i-1]); gap >= timeout {
@@ -228,8 +230,10 @@ func TestWatchdogStopsWhileWedged(t *testing.T) {
 	_, m := sd.waitMsg(0, time.Second, "a ping once unwedged", func(m sdMsg) bool {
 		return m.has("WATCHDOG=1") && m.at.After(unwedgedAt)
 	})
-	if d := m.at.Sub(unwedgedAt); d > 100*time.Millisecond {
-		t.Errorf("first ping %v after the loop turned again, want at once", d)
+	// At the next probe: a probe that gave up while wedged is not retried
+	// before the period (100 ms) is up; 100.7 ms was seen once on a busy CI.
+	if d := m.at.Sub(unwedgedAt); d > 150*time.Millisecond {
+		t.Errorf("first ping %v after the loop turned again, want within a period", d)
 	}
 
 	// A wedged probe does not hold up the end.
