@@ -103,17 +103,17 @@ func (m *Manager) drainBeats() {
 // last one's time, payload and readiness, and every resume report in order.
 func (m *Manager) drainBeat(p *proc) {
 	t := p.beats.take()
-	n, at, ready, sawReady, payload, resume := t.n, t.at, t.ready, t.sawReady, t.payload, t.resume
-	if n == 0 || p.state >= procStopping {
+	if t.n == 0 || p.state >= procStopping {
 		return
 	}
+	at := t.at
 	p.lastBeat = at
-	p.beat = payload
-	for _, r := range resume {
+	p.beat = t.payload
+	for _, r := range t.resume {
 		m.takeResume(p, r, at)
 	}
-	m.publishHeartbeat(p, ready, payload, at)
-	if sawReady && p.state == procRegistered {
+	m.publishHeartbeat(p, t.ready, t.payload, at)
+	if t.sawReady && p.state == procRegistered {
 		p.state = procReady
 		p.readyAt = at
 		m.touch(p.slot)

@@ -46,11 +46,11 @@ type pending struct {
 	origID string
 	f      *ipc.Frame           // the request (op, target, payload)
 	to     atomic.Pointer[proc] // set once forwarded
-	// deadline is when the request fails. With the default timeout it is
-	// timed by the shared deadline list (deadline.go) once forwarded; else,
-	// or while it waits for its cluster, by timer.
+	// deadline is when the request fails. A request with a timer of its own
+	// (a shorter timeout_ms, a broadcast part, one that waited for its
+	// cluster) is timed by it; any other, once forwarded, by the shared
+	// deadline list (deadline.go).
 	deadline time.Time
-	shared   bool // has the default timeout: the list may time it
 	timer    *time.Timer
 	// The deadline list's links, guarded by Manager.pmu.
 	listed     bool
@@ -126,10 +126,8 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 	}
 	now := time.Now()
 	p := &pending{from: from, origID: f.ID, f: f, queued: now, batch: &from.out, deadline: now.Add(timeout)}
-	if timeout == m.cfg.Requests.Timeout.Duration {
-		p.shared = true // timed from the deadline list once forwarded
-	} else {
-		m.arm(p)
+	if timeout != m.cfg.Requests.Timeout.Duration {
+		m.arm(p) // the list holds only the default timeout, in deadline order
 	}
 	m.dispatch(table, cluster, p)
 }
@@ -217,7 +215,7 @@ func (m *Manager) send(pr *proc, p *pending) {
 		p.to.Store(pr)
 		p.mid.Store(mid)
 		m.pending[mid] = p
-		if p.shared && p.timer == nil {
+		if p.timer == nil {
 			m.pushDeadline(p)
 		}
 		m.pmu.Unlock()
