@@ -6,8 +6,10 @@ import "time"
 // stopping it at the reply) was a tenth of the manager's CPU on the routed
 // path (docs/performance.md). Nearly every request has the same timeout
 // (requests.timeout), so their deadlines fall in the order they were sent:
-// they go on one intrusive list, oldest first, under the pending table's
-// lock, and one timer watches the oldest. A reply unlinks its request in the
+// they go on one list, oldest first, under the pending table's lock, and one
+// timer watches the oldest. The list is intrusive (its links live in pending)
+// rather than a container/list, whose Element would be one more allocation
+// per request on the path this exists to lighten. A reply unlinks its request in the
 // same critical section that removes it from the table; the timer fires about
 // once per timeout under steady load, finds the requests that are due at the
 // head, and re-arms for the next. What does not fit — a shorter timeout_ms,
