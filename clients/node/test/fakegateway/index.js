@@ -408,7 +408,7 @@ class FakeGateway {
     const at = this.now();
     this.generated.push({ id, shard, n, at });
     const d = {
-      id, shard, n, type: 0, content: `event ${shard}:${n}`, channel_id: '3000', guild_id: null,
+      id, shard, n, type: 0, content: `event ${shard}:${n}`, channel_id: '3000', channel_type: 1, // a DM
       author: { id: '4000', username: 'someone', discriminator: '0000', global_name: null, avatar: null },
       timestamp: new Date().toISOString(), edited_timestamp: null, tts: false, mention_everyone: false,
       mentions: [], mention_roles: [], attachments: [], embeds: [], pinned: false, ...extra,
