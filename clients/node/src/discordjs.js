@@ -49,13 +49,10 @@ const GATEWAY_BOT_ROUTE = '/gateway/bot';
 const stores = new WeakMap();
 const throttlers = new WeakMap();
 
-// The manager's gate settings ({gate, maxConcurrency, spacingMs} or null).
-// The handle's `identify` is the ask; the settings are its REGISTER reply's.
+// The manager's gate settings from the REGISTER reply ({gate,
+// maxConcurrency, spacingMs}), or null when it has no gate (an older manager).
 function gateSettings(cluster) {
-  const s = cluster.identifyGate ?? cluster.identifySettings ?? (typeof cluster.identify === 'object' ? cluster.identify : undefined);
-  if (s !== undefined) return s;
-  // A handle that can ask but does not say how the gate is set: assume a gate.
-  return typeof cluster.identify === 'function' ? { gate: true } : null;
+  return cluster.identifyGate ?? null;
 }
 
 function abortableSleep(ms, signal) {
