@@ -89,7 +89,7 @@ describe('@discordjs/ws bot under sm-manager: start, kill -9, deploy', () => {
     const identifies = gw.identifies.length;
     const resumes = gw.resumes.length;
     const t0 = gw.now();
-    const reply = await sm.deploy({ max_parallel: 1 });
+    const reply = await sm.deploy({ maxParallel: 1 });
     assert.equal(reply.generation, 2);
     await sm.waitAll((c) => c.generation === 2 && c.state === 'ready' && c.activated, 120_000, 'generation 2 ready and activated everywhere');
     await sm.waitDeploy('succeeded', 30_000);
