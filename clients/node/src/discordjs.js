@@ -427,7 +427,10 @@ export function clientOptions(cluster, { buildStrategy, ws = {}, gate: gateOptio
   const gate = new DispatchGate((data, shardId) => reemit?.('dispatch', data, shardId), gateOptions);
   const markUp = readyTracker(cluster);
   const sawReady = new Set();
-  let wired = false;
+  let wsManager = null; // discord.js's @discordjs/ws manager, once it is built
+  // Wired now, not at login, so that onQuiesce functions the bot adds later
+  // run after the shards are closed resumably.
+  wireLifecycle(cluster, gate, async (o) => wsManager?.destroy(o));
 
   const wrapStrategy = (manager) => {
     const opts = manager.options;
@@ -505,10 +508,7 @@ export function clientOptions(cluster, { buildStrategy, ws = {}, gate: gateOptio
       return own(event, ...args);
     };
 
-    if (!wired) {
-      wired = true;
-      wireLifecycle(cluster, gate, (o) => manager.destroy(o));
-    }
+    wsManager = manager;
     return buildStrategy(manager);
   };
 
