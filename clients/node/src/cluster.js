@@ -245,12 +245,13 @@ export class Cluster extends Peer {
       return;
     }
     if (r !== null && typeof r === 'object' && typeof r.then === 'function') {
+      // p never rejects: QUIESCED waits for it, and nothing else observes it.
       const p = Promise.resolve(r).then(
         (v) => { if (id) this.reply(epoch, id, v); },
         (err) => { if (id) this.replyError(epoch, id, wireError(err)); },
-      );
+      ).catch((err) => this.logger.error(`sm: answering ${f.op} failed: ${err?.stack ?? err}`))
+        .then(() => { this._inflight.delete(p); });
       this._inflight.add(p);
-      p.finally(() => this._inflight.delete(p));
       return;
     }
     if (id) this.reply(epoch, id, r);
