@@ -2,16 +2,9 @@
 // neither @discordjs/ws nor discord.js installed to type-check; values of
 // those libraries' types fit them.
 
-import type { Cluster } from './index.js';
+import type { Cluster, SessionInfo, GatewayInformation } from './index.js';
 
-/** @discordjs/ws's SessionInfo. */
-export interface SessionInfo {
-  resumeURL: string;
-  sequence: number;
-  sessionId: string;
-  shardCount: number;
-  shardId: number;
-}
+export type { SessionInfo, GatewayInformation };
 
 /** A gateway dispatch payload as the libraries emit it. */
 export interface DispatchPayload {
@@ -19,13 +12,6 @@ export interface DispatchPayload {
   t: string;
   s: number;
   d: any;
-}
-
-/** What GET /gateway/bot answers (discord-api-types' APIGatewayBotInfo). */
-export interface GatewayBotInfo {
-  url: string;
-  shards: number;
-  session_start_limit: { total: number; remaining: number; reset_after: number; max_concurrency: number };
 }
 
 /** The close code that keeps a session resumable: 4200 (@discordjs/ws CloseCodes.Resuming). */
@@ -60,7 +46,7 @@ export interface SessionStore {
 export declare function sessionStore(cluster: Cluster): SessionStore;
 
 /** The REGISTER reply's gateway information, in GET /gateway/bot's shape. Throws without one. */
-export declare function gatewayInformation(cluster: Cluster): GatewayBotInfo;
+export declare function gatewayInformation(cluster: Cluster): GatewayInformation;
 
 /** A REST-like object answering GET /gateway/bot from the manager and passing the rest to `rest`. */
 export declare function gatewayRest<R extends { get(route: string, ...args: any[]): Promise<unknown> }>(

@@ -439,18 +439,26 @@ export function clientOptions(cluster, { buildStrategy, ws = {}, gate: gateOptio
     const mirrored = new Set();
     // discord.js keeps its own copy (WebSocketShard#sessionInfo; its RESUMED
     // handler reads it), so every session also goes there.
+    // Both throw while discord.js has not made its shard objects yet.
     const mirror = (shardId, info) => {
       try {
         djsUpdate(shardId, info);
       } catch {
-        // the discord.js shard object does not exist yet
+        // not yet: the next update mirrors it
+      }
+    };
+    const mirroredAlready = (shardId) => {
+      try {
+        return djsRetrieve(shardId) != null;
+      } catch {
+        return false;
       }
     };
     opts.retrieveSessionInfo = (shardId) => {
       const info = store.retrieveSessionInfo(shardId);
       if (info && !mirrored.has(shardId)) {
         mirrored.add(shardId);
-        if (djsRetrieve(shardId) == null) mirror(shardId, info);
+        if (!mirroredAlready(shardId)) mirror(shardId, info);
       }
       return info;
     };
