@@ -49,10 +49,12 @@ function alive(pid) {
 
 /**
  * Builds sm-manager and cluster-harness (go build, into a temp dir shared by
- * the test files of this run) and returns their paths.
+ * the test files of this run) and returns their paths. $SM_TEST_BIN_DIR, if
+ * set, names a directory holding both already built: nothing is built.
  */
 export async function binaries() {
   binDirPromise ??= (async () => {
+    if (process.env.SM_TEST_BIN_DIR) return path.resolve(process.env.SM_TEST_BIN_DIR);
     const tmp = os.tmpdir();
     // Builds of runs that have ended are removed: nothing else uses them.
     for (const name of fs.readdirSync(tmp)) {
