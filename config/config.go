@@ -173,7 +173,8 @@ type Discord struct {
 	TokenEnv   string `toml:"token_env"`
 	APIBaseURL string `toml:"api_base_url"`
 	// IdentifySpacing is the time between two IDENTIFYs of one rate-limit
-	// bucket (Discord: 5s). MaxConcurrency overrides the bucket count
+	// bucket: Discord's 5s plus a margin for the jitter between a grant and
+	// the IDENTIFY on the wire (docs/discord.md). MaxConcurrency overrides the bucket count
 	// /gateway/bot gives (0: use it; 1 without a token).
 	IdentifySpacing Duration `toml:"identify_spacing"`
 	IdentifyTimeout Duration `toml:"identify_timeout"`
@@ -302,7 +303,7 @@ func Default() Config {
 		State:  State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
 			APIBaseURL:      "https://discord.com/api/v10",
-			IdentifySpacing: Duration{5 * time.Second},
+			IdentifySpacing: Duration{5250 * time.Millisecond}, // Discord's 5s + 250ms margin
 			IdentifyTimeout: Duration{10 * time.Minute},
 			BudgetFloor:     100,
 			ResumeMaxAge:    Duration{2 * time.Minute},

@@ -33,6 +33,18 @@ func TestDefaultsFromEmptyDocument(t *testing.T) {
 	}
 }
 
+// The identify gate's default keeps a margin above Discord's 5 s: grants 5 s
+// apart were measured reaching a gateway up to 49 ms closer (docs/discord.md).
+func TestDefaultIdentifySpacingHasMargin(t *testing.T) {
+	cfg, err := config.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Discord.IdentifySpacing.Duration; got != 5250*time.Millisecond {
+		t.Fatalf("default discord.identify_spacing = %v, want 5.25s", got)
+	}
+}
+
 // TestDefaultIsFresh checks that Default does not hand out shared slices, so a
 // decode into one config cannot change another.
 func TestDefaultIsFresh(t *testing.T) {

@@ -294,9 +294,7 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 			"max_concurrency": m.disc.gate.MaxConcurrency(),
 		},
 	}
-	if rs := m.resumeFor(p); len(rs) > 0 {
-		reply["resume"] = rs
-	}
+	m.registerFields(reply, p) // start, resume, gateway (identify.go)
 	payload, _ := json.Marshal(reply)
 	return registerResult{payload: payload}
 }

@@ -257,6 +257,8 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 		m.deploy(c, f)
 	case ipc.OpIdentify:
 		m.post(evIdentify{c: c, f: f})
+	case ipc.OpIdentifyCancel:
+		m.post(evIdentifyCancel{c: c, f: f})
 	case ipc.OpStatus:
 		m.statusOp(c, f)
 	case ipc.OpWatch:

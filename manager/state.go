@@ -55,6 +55,8 @@ type savedProc struct {
 	ShardLast  int                 `json:"shard_last"`
 	Routed     bool                `json:"routed"`
 	Activated  bool                `json:"activated"`
+	// Start is how it was started (start.go); "" in files from before.
+	Start string `json:"start,omitempty"`
 }
 
 func hashToken(token string) string {
@@ -107,7 +109,7 @@ func (m *Manager) collectState() savedState {
 		st.Procs = append(st.Procs, savedProc{
 			Cluster: p.cluster, Generation: p.gen, PID: p.pid(), StartTime: p.startTime,
 			TokenHash: p.tokenHash, Topology: p.slot.topo, ShardFirst: p.slot.first, ShardLast: p.slot.last,
-			Routed: m.routedNow(p), Activated: p.activated,
+			Routed: m.routedNow(p), Activated: p.activated, Start: startOf(p.reason),
 		})
 	}
 	sort.Slice(st.Procs, func(i, j int) bool { return st.Procs[i].PID < st.Procs[j].PID })
