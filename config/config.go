@@ -143,6 +143,9 @@ type Limits struct {
 	FeedBuffer      int      `toml:"feed_buffer"`
 	WriteTimeout    Duration `toml:"write_timeout"`
 	RegisterTimeout Duration `toml:"register_timeout"`
+	// MaxHandoffBytes bounds the handoff a QUIESCED may leave for the
+	// cluster's next ACTIVATE; a larger one is ignored.
+	MaxHandoffBytes int `toml:"max_handoff_bytes"`
 }
 
 // Shutdown is the [shutdown] table.
@@ -293,6 +296,7 @@ func Default() Config {
 			FeedBuffer:      256,
 			WriteTimeout:    Duration{10 * time.Second},
 			RegisterTimeout: Duration{5 * time.Second},
+			MaxHandoffBytes: 64 << 10,
 		},
 		Shutdown: Shutdown{Timeout: Duration{30 * time.Second}},
 		Deploy: Deploy{
@@ -483,6 +487,7 @@ func (c *Config) Validate() error {
 		{"limits.max_connections", c.Limits.MaxConnections},
 		{"limits.max_subscribers", c.Limits.MaxSubscribers},
 		{"limits.feed_buffer", c.Limits.FeedBuffer},
+		{"limits.max_handoff_bytes", c.Limits.MaxHandoffBytes},
 	} {
 		if kv.v < 1 {
 			bad(kv.key, "must be at least 1, got %d", kv.v)

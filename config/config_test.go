@@ -213,6 +213,7 @@ func TestValidationNamesKey(t *testing.T) {
 		{"deploy.quiesce_timeout", "[deploy]\nquiesce_timeout = \"0s\""},
 		{"limits.max_subscribers", "[limits]\nmax_subscribers = 0"},
 		{"limits.feed_buffer", "[limits]\nfeed_buffer = 0"},
+		{"limits.max_handoff_bytes", "[limits]\nmax_handoff_bytes = 0"},
 		{"status.allowed_origins", "[status]\nallowed_origins = [\"[bad\"]"},
 		{"api.token_file", "[api]\ntoken_file = \"\"\ntoken_env = \"\""},
 		{"api.max_body_bytes", "[api]\nmax_body_bytes = 0"},

@@ -47,8 +47,13 @@ func TestBridgeRoundTrip(t *testing.T) {
 		t.Errorf("unknown op → %s", ipc.Encode(u))
 	}
 
+	// A handoff crosses the bridge both ways unchanged: the bot hands back
+	// its ACTIVATE's in its QUIESCED.
+	c.Send(`{"op":"ACTIVATE","handoff":{"v":1, "shards":{"4":{"last":["ab"]}}}}`)
 	c.Send(`{"op":"QUIESCE"}`)
-	c.ExpectOp(wait, ipc.OpQuiesced)
+	if q := c.ExpectOp(wait, ipc.OpQuiesced); string(q.Handoff) != `{"v":1, "shards":{"4":{"last":["ab"]}}}` {
+		t.Errorf("QUIESCED %s: the handoff did not cross the bridge unchanged", ipc.Encode(q))
+	}
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after the child quiesced = %v", err)
 	}

@@ -71,6 +71,10 @@ type Frame struct {
 	// Resume, on HEARTBEAT and QUIESCED (v1 addition): the cluster's shards'
 	// resume state, a JSON array of {shard, session_id, seq, resume_url}.
 	Resume json.RawMessage `json:"resume,omitempty"`
+	// Handoff, on QUIESCED and ACTIVATE (v1 addition): a JSON object, opaque
+	// to the manager, that the quiesced process leaves for its cluster's
+	// next ACTIVATE (what it handled, so its successor replays the rest).
+	Handoff json.RawMessage `json:"handoff,omitempty"`
 
 	// IDENTIFY and IDENTIFY_CANCEL field (v1 addition): the shard that wants
 	// to identify, or no longer does.

@@ -79,6 +79,7 @@ func (m *Manager) restore() bool {
 	for _, p := range m.procs {
 		p.stale = p.slot.current != p
 	}
+	m.restoreHandoffs(t, st.Handoffs)
 	if adopted > 0 {
 		window := m.cfg.State.AdoptWindow.Duration
 		m.log.Info("re-adopting surviving clusters", "processes", adopted, "adopt_window", window)

@@ -315,9 +315,10 @@ func (m *Manager) activate(p *proc) {
 	if p.activated || p.state >= procQuiescing {
 		return
 	}
-	if c := p.conn.Load(); c != nil {
-		c.send(&ipc.Frame{Op: ipc.OpActivate})
+	if m.activationWaits(p) {
+		return // a quiesced predecessor's handoff may be on the way (handoff.go)
 	}
+	m.sendActivate(p) // with the cluster's handoff, if one waits
 	p.activated = true
 	m.touch(p.slot)
 	m.persist()
@@ -375,6 +376,7 @@ func (e evDisconnect) apply(m *Manager) {
 	p.conn.Store(nil)
 	m.unroute(p)
 	m.cancelIdentifies(p)
+	m.handoffDrained(p) // its last frames are read: an ACTIVATE may go out
 	if p.state >= procStopping {
 		return
 	}

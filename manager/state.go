@@ -36,6 +36,9 @@ type savedState struct {
 	SlotGens   []int64             `json:"slot_generations"`
 	Specs      map[int64]savedSpec `json:"specs"`
 	Procs      []savedProc         `json:"procs"`
+	// Handoffs are the QUIESCED handoffs waiting for their cluster's next
+	// ACTIVATE, by cluster of Topology.
+	Handoffs map[int]string `json:"handoffs,omitempty"`
 }
 
 type savedSpec struct {
@@ -97,6 +100,7 @@ func (m *Manager) collectState() savedState {
 	st := savedState{
 		Version: stateVersion, ManagerPID: os.Getpid(), Written: time.Now(),
 		Generation: m.gen, Topology: t.topo, Specs: map[int64]savedSpec{},
+		Handoffs: m.savedHandoffs(t),
 	}
 	for _, s := range t.slots {
 		st.SlotGens = append(st.SlotGens, s.gen)

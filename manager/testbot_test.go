@@ -6,10 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,23 +32,36 @@ import (
 // restart; heartbeats every heartbeat_interval_ms, ready unless
 // SM_TESTBOT_UNREADY=1, with resume state for all its shards if
 // SM_TESTBOT_RESUME=1 (with a shard_count of 999, which the manager must
-// ignore); on QUIESCE sends QUIESCED (with that resume state) and exits 0.
-// Ops:
+// ignore); on QUIESCE sends QUIESCED (with that resume state and, the first
+// time only, the handoff set by the "handoff" op or SM_TESTBOT_HANDOFF) and
+// exits 0, or with SM_TESTBOT_LINGER=1 stays until it is killed. Ops:
 //
 //	identify {"shard":n}         IDENTIFY; answers with the REPLY frame it got, as payload
 //	identify_cancel {"shard":n}  IDENTIFY_CANCEL, likewise; with "no_id":true sends it without id
+//	handoff <any JSON>           what the first QUIESCED will carry as handoff
 //	ping                         {"pid":n}
 const (
 	testbotDirEnv     = "SM_TESTBOT_DIR"
 	testbotUnreadyEnv = "SM_TESTBOT_UNREADY"
 	testbotResumeEnv  = "SM_TESTBOT_RESUME"
+	testbotHandoffEnv = "SM_TESTBOT_HANDOFF"
+	testbotLingerEnv  = "SM_TESTBOT_LINGER"
+	// testbotLateEnv names a cluster whose bot exits at QUIESCE before its
+	// QUIESCED is written (runLateBot).
+	testbotLateEnv = "SM_TESTBOT_LATE_CLUSTER"
 	// testbotLifetime bounds a test bot's life, so that none outlives a
 	// failed test whose manager did not stop it.
 	testbotLifetime = 3 * time.Minute
 )
 
 func init() {
+	if line := os.Getenv(lateWriteEnv); line != "" {
+		os.Exit(lateWrite(line))
+	}
 	if os.Getenv(testbotDirEnv) != "" && os.Getenv("SM_TOKEN") != "" {
+		if os.Getenv(testbotLateEnv) == os.Getenv("SM_CLUSTER") {
+			os.Exit(runLateBot())
+		}
 		os.Exit(runTestbot())
 	}
 }
@@ -92,10 +108,11 @@ func runTestbot() int {
 	}
 
 	var (
-		mu    sync.Mutex
-		seq   int64
-		every = 50 * time.Millisecond
-		beat  = make(chan time.Duration, 1)
+		mu      sync.Mutex
+		seq     int64
+		handoff = json.RawMessage(os.Getenv(testbotHandoffEnv))
+		every   = 50 * time.Millisecond
+		beat    = make(chan time.Duration, 1)
 	)
 	resume := func() json.RawMessage {
 		if os.Getenv(testbotResumeEnv) != "1" {
@@ -134,12 +151,23 @@ func runTestbot() int {
 			record(".act", ipc.Encode(f))
 		case ipc.OpQuiesce:
 			go func() {
-				c.Send(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume()})
+				mu.Lock()
+				h := handoff
+				handoff = nil
+				mu.Unlock()
+				c.Send(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume(), Handoff: h})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				c.Flush(ctx)
 				cancel()
-				done <- 0
+				if os.Getenv(testbotLingerEnv) != "1" {
+					done <- 0
+				}
 			}()
+		case "handoff":
+			mu.Lock()
+			handoff = append(json.RawMessage(nil), f.Payload...)
+			mu.Unlock()
+			c.Reply(f.ID, json.RawMessage(`{"ok":true}`), nil)
 		case "ping":
 			c.Reply(f.ID, fmt.Appendf(nil, `{"pid":%d}`, pid), nil)
 		case "identify", "identify_cancel":
@@ -314,4 +342,89 @@ func botOp(t *testing.T, c *ipc.Client, op, target string, payload any) *ipc.Fra
 		t.Fatalf("%s to %s: the bot answered %s: %v", op, target, r.Payload, err)
 	}
 	return f
+}
+
+// lateWriteEnv holds the line the late writer writes (runLateBot).
+const lateWriteEnv = "SM_TESTBOT_LATE_WRITE"
+
+// runLateBot is a test bot whose QUIESCED reaches the manager after the
+// kernel has reported its exit, as a wrapper's child's may: on QUIESCE it
+// hands its connection to a process of its own (outside its process group,
+// which the manager kills when it exits), exits at once, and that process
+// writes the QUIESCED, with the SM_TESTBOT_HANDOFF handoff, 200 ms later. It
+// speaks the protocol by hand, because it needs the socket itself: REGISTER,
+// a ready heartbeat every 50 ms, ACTIVATEs recorded as runTestbot's are.
+func runLateBot() int {
+	dir := os.Getenv(testbotDirEnv)
+	cluster, _ := strconv.Atoi(os.Getenv("SM_CLUSTER"))
+	gen, _ := strconv.ParseInt(os.Getenv("SM_GENERATION"), 10, 64)
+	pid := os.Getpid()
+	base := filepath.Join(dir, fmt.Sprintf("c%d-g%d-p%d", cluster, gen, pid))
+	nc, err := net.Dial("unix", os.Getenv("SM_SOCKET"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "latebot:", err)
+		return 1
+	}
+	var wmu sync.Mutex
+	write := func(f *ipc.Frame) {
+		wmu.Lock()
+		nc.Write(append(ipc.Encode(f), '\n'))
+		wmu.Unlock()
+	}
+	write(&ipc.Frame{Op: ipc.OpRegister, ID: "r", Role: ipc.RoleCluster, Cluster: ipc.Int(cluster),
+		Generation: ipc.Int64(gen), Token: os.Getenv("SM_TOKEN"), PID: pid})
+	go func() {
+		for range time.Tick(50 * time.Millisecond) {
+			write(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true)})
+		}
+	}()
+	go func() {
+		time.Sleep(testbotLifetime)
+		os.Exit(3)
+	}()
+	r := ipc.NewReader(nc, 1<<20)
+	for {
+		line, err := r.ReadFrame()
+		if err != nil {
+			return 1
+		}
+		f, err := ipc.Decode(line)
+		if err != nil {
+			continue
+		}
+		switch f.Op {
+		case ipc.OpReply:
+			if f.ID == "r" {
+				os.WriteFile(base+".reg", append(f.Payload, '\n'), 0o600)
+			}
+		case ipc.OpActivate:
+			os.WriteFile(base+".act", append(ipc.Encode(f), '\n'), 0o600)
+		case ipc.OpQuiesce:
+			fd, err := nc.(*net.UnixConn).File()
+			if err != nil {
+				return 1
+			}
+			q := ipc.Encode(&ipc.Frame{Op: ipc.OpQuiesced, Handoff: json.RawMessage(os.Getenv(testbotHandoffEnv))})
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = []string{lateWriteEnv + "=" + string(q)}
+			cmd.ExtraFiles = []*os.File{fd}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				return 1
+			}
+			wmu.Lock() // no heartbeat may follow the exit
+			return 0
+		}
+	}
+}
+
+// lateWrite is the late bot's writer: 200 ms after it starts, it writes line
+// to the connection it inherited (fd 3) and exits, closing it.
+func lateWrite(line string) int {
+	time.Sleep(200 * time.Millisecond)
+	f := os.NewFile(3, "conn")
+	if _, err := f.Write([]byte(line + "\n")); err != nil {
+		return 1
+	}
+	return 0
 }

@@ -36,8 +36,8 @@ const (
 // as lines to out. On REGISTERED it heartbeats ready with the registration as
 // payload and the registration's "resume" (if any) as its resume field; it
 // answers echo (payload unchanged) and the BotOp* ops; on QUIESCE it writes
-// QUIESCED, with the same resume field, and returns 0. It returns the
-// process's exit code.
+// QUIESCED, with the same resume field and as handoff the last ACTIVATE's,
+// and returns 0. It returns the process's exit code.
 func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 	w := bufio.NewWriter(out)
 	emit := func(f *ipc.Frame) {
@@ -45,6 +45,7 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 		w.Flush()
 	}
 	var resume json.RawMessage        // of the last REGISTERED
+	var handoff json.RawMessage       // of the last ACTIVATE
 	asking := map[string]*ipc.Frame{} // IDENTIFY(_CANCEL) id → the op it answers
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -60,7 +61,7 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 			resume = reg.Resume
 			emit(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true), Resume: resume, Payload: f.Payload})
 		case ipc.OpQuiesce:
-			emit(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume})
+			emit(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume, Handoff: handoff})
 			return 0
 		case ipc.OpReply:
 			if op, ok := asking[f.ID]; ok {
@@ -78,6 +79,7 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 			}
 			emit(&ipc.Frame{Op: op, ID: id, Shard: ipc.Int(p.Shard)})
 		case ipc.OpActivate:
+			handoff = f.Handoff
 		case "echo":
 			emit(ipc.Reply(f.ID, f.Payload))
 		case BotOpEnv:
