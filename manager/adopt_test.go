@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
@@ -350,5 +353,72 @@ func TestSurvivorsKeepStartKindAndClaimNoSessions(t *testing.T) {
 	}
 	if !alive(cand[3]) {
 		t.Error("cluster 3's candidate, its only process, is gone")
+	}
+}
+
+// A survivor that was still connecting its shards when the manager died
+// finishes them under the next manager: it asks with the reason it was
+// spawned with (a first start, recorded in the state file), so even with the
+// session-start budget below the floor, where restarts are refused, its last
+// shard is granted and it becomes ready, the same process.
+func TestSurvivorStillConnectingIdentifiesAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Topology = config.Topology{TotalShards: 2, ShardsPerCluster: 1}
+	cfg.Discord.IdentifySpacing = durationOf(time.Hour) // shard 1 waits behind shard 0
+	cfg.State.AdoptWindow = durationOf(3 * time.Second)
+	testenv.WriteConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	var c *ipc.Client
+	testenv.WaitFor(t, 10*time.Second, "manager up", func() bool {
+		var err error
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "w"}})
+		return err == nil
+	})
+	var before manager.Status
+	waiter := -1 // whichever cluster registered second waits an hour for its slot
+	testenv.WaitFor(t, 10*time.Second, "one cluster ready, the other's shard waiting for its slot", func() bool {
+		st, ok := statusVia(t, c)
+		before = st
+		if !ok || st.Discord.IdentifyWaiting != 1 {
+			return false
+		}
+		for i := range 2 {
+			if st.Clusters[1-i].Routed && st.Clusters[i].State == "registered" {
+				waiter = i
+				return true
+			}
+		}
+		return false
+	})
+	c.Close()
+	m1.kill()
+
+	// The next manager has a token: 50 session starts left, floor 100.
+	next := *cfg
+	next.Discord.IdentifySpacing = durationOf(time.Millisecond)
+	testenv.WriteConfig(t, &next)
+	loaded, err := config.Load(next.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &discord.GatewayBot{URL: "wss://gateway.example.test", Shards: 2, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
+		Total: 1000, Remaining: 50, ResetAfter: time.Hour, MaxConcurrency: 1,
+	}}
+	e := startWith(t, loaded, manager.Options{Gateway: gw})
+	var after manager.Status
+	testenv.WaitFor(t, 15*time.Second, "the survivor's last shard identified: its cluster ready", func() bool {
+		after = e.MustStatus()
+		return after.Clusters[waiter].Routed && after.Clusters[waiter].State == "ready"
+	})
+	for i := range 2 {
+		if after.Clusters[i].PID != before.Clusters[i].PID {
+			t.Errorf("cluster %d was replaced (pid %d → %d), not re-adopted", i, before.Clusters[i].PID, after.Clusters[i].PID)
+		}
+	}
+	if s := e.simStats(strconv.Itoa(waiter)); s.Identifies != 1 || s.Resumes != 0 {
+		t.Errorf("cluster %d: %d identifies, %d resumes; want its one shard identified", waiter, s.Identifies, s.Resumes)
+	}
+	if b := after.Discord.Budget; b.Remaining != 49 || after.Discord.IdentifyGranted != 1 {
+		t.Errorf("budget after the survivor's identify: %+v, %d granted", b, after.Discord.IdentifyGranted)
 	}
 }
