@@ -300,14 +300,17 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 }
 
 // becameReady routes a ready process that is its slot's current one and, at
-// first start or after a restart, ACTIVATEs it.
+// first start or after a restart, ACTIVATEs it, unless another process of
+// the cluster still runs: a stale survivor after a manager restart, whose
+// exit then brings the ACTIVATE (maybeActivate). A survivor's first ready
+// heartbeat can be taken on a tick before its evRegistered.
 func (m *Manager) becameReady(p *proc) {
 	s := p.slot
 	if s.current != p || m.deployOwns(s) {
 		return
 	}
 	m.setRoute(s, p)
-	m.activate(p)
+	m.maybeActivate(s)
 }
 
 func (m *Manager) activate(p *proc) {
