@@ -143,6 +143,9 @@ type Limits struct {
 	FeedBuffer      int      `toml:"feed_buffer"`
 	WriteTimeout    Duration `toml:"write_timeout"`
 	RegisterTimeout Duration `toml:"register_timeout"`
+	// MaxHandoffBytes bounds the handoff a QUIESCED may leave for the
+	// cluster's next ACTIVATE; a larger one is ignored.
+	MaxHandoffBytes int `toml:"max_handoff_bytes"`
 }
 
 // Shutdown is the [shutdown] table.
@@ -173,7 +176,8 @@ type Discord struct {
 	TokenEnv   string `toml:"token_env"`
 	APIBaseURL string `toml:"api_base_url"`
 	// IdentifySpacing is the time between two IDENTIFYs of one rate-limit
-	// bucket (Discord: 5s). MaxConcurrency overrides the bucket count
+	// bucket: Discord's 5s plus a margin for the jitter between a grant and
+	// the IDENTIFY on the wire (docs/discord.md). MaxConcurrency overrides the bucket count
 	// /gateway/bot gives (0: use it; 1 without a token).
 	IdentifySpacing Duration `toml:"identify_spacing"`
 	IdentifyTimeout Duration `toml:"identify_timeout"`
@@ -292,6 +296,7 @@ func Default() Config {
 			FeedBuffer:      256,
 			WriteTimeout:    Duration{10 * time.Second},
 			RegisterTimeout: Duration{5 * time.Second},
+			MaxHandoffBytes: 64 << 10,
 		},
 		Shutdown: Shutdown{Timeout: Duration{30 * time.Second}},
 		Deploy: Deploy{
@@ -302,7 +307,7 @@ func Default() Config {
 		State:  State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
 			APIBaseURL:      "https://discord.com/api/v10",
-			IdentifySpacing: Duration{5 * time.Second},
+			IdentifySpacing: Duration{5250 * time.Millisecond}, // Discord's 5s + 250ms margin
 			IdentifyTimeout: Duration{10 * time.Minute},
 			BudgetFloor:     100,
 			ResumeMaxAge:    Duration{2 * time.Minute},
@@ -482,6 +487,7 @@ func (c *Config) Validate() error {
 		{"limits.max_connections", c.Limits.MaxConnections},
 		{"limits.max_subscribers", c.Limits.MaxSubscribers},
 		{"limits.feed_buffer", c.Limits.FeedBuffer},
+		{"limits.max_handoff_bytes", c.Limits.MaxHandoffBytes},
 	} {
 		if kv.v < 1 {
 			bad(kv.key, "must be at least 1, got %d", kv.v)

@@ -33,6 +33,18 @@ func TestDefaultsFromEmptyDocument(t *testing.T) {
 	}
 }
 
+// The identify gate's default keeps a margin above Discord's 5 s: grants 5 s
+// apart were measured reaching a gateway up to 49 ms closer (docs/discord.md).
+func TestDefaultIdentifySpacingHasMargin(t *testing.T) {
+	cfg, err := config.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Discord.IdentifySpacing.Duration; got != 5250*time.Millisecond {
+		t.Fatalf("default discord.identify_spacing = %v, want 5.25s", got)
+	}
+}
+
 // TestDefaultIsFresh checks that Default does not hand out shared slices, so a
 // decode into one config cannot change another.
 func TestDefaultIsFresh(t *testing.T) {
@@ -201,6 +213,7 @@ func TestValidationNamesKey(t *testing.T) {
 		{"deploy.quiesce_timeout", "[deploy]\nquiesce_timeout = \"0s\""},
 		{"limits.max_subscribers", "[limits]\nmax_subscribers = 0"},
 		{"limits.feed_buffer", "[limits]\nfeed_buffer = 0"},
+		{"limits.max_handoff_bytes", "[limits]\nmax_handoff_bytes = 0"},
 		{"status.allowed_origins", "[status]\nallowed_origins = [\"[bad\"]"},
 		{"api.token_file", "[api]\ntoken_file = \"\"\ntoken_env = \"\""},
 		{"api.max_body_bytes", "[api]\nmax_body_bytes = 0"},

@@ -150,6 +150,27 @@ func (b *Budget) Allow(reason Reason, now time.Time) (bool, string) {
 	return true, ""
 }
 
+// Grantable is how many identifies for reason the governor would grant at
+// now, one after another, if nothing else spent meanwhile: Remaining for a
+// start or a deploy, what lies above the floor for a restart, 0 when Allow
+// refuses. It is what a process's gateway information reports as its
+// remaining session starts. An unknown budget limits nothing (Allow grants
+// everything) and has nothing to count: 0, and known false.
+func (b *Budget) Grantable(reason Reason, now time.Time) (n int, known bool) {
+	if !b.known {
+		return 0, false
+	}
+	if ok, _ := b.Allow(reason, now); !ok {
+		return 0, true
+	}
+	switch reason {
+	case ReasonRestart:
+		return b.remaining - b.floor(), true
+	default:
+		return b.remaining, true
+	}
+}
+
 // State describes the budget at now.
 func (b *Budget) State(now time.Time) BudgetState {
 	b.roll(now)

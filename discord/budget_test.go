@@ -226,3 +226,54 @@ func TestBudgetStateJSON(t *testing.T) {
 		t.Errorf("unknown JSON = %s\nwant %s", out, want)
 	}
 }
+
+// Grantable counts what Allow would grant a reason, one identify after
+// another: a process's "remaining" in its gateway information.
+func TestBudgetGrantable(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var unknown discord.Budget
+	if n, known := unknown.Grantable(discord.ReasonStart, t0); n != 0 || known {
+		t.Errorf("unknown budget: %d, %v; want 0, false", n, known)
+	}
+	tests := []struct {
+		remaining, floor       int
+		start, restart, deploy int
+	}{
+		{remaining: 999, floor: 100, start: 999, restart: 899, deploy: 999},
+		{remaining: 101, floor: 100, start: 101, restart: 1, deploy: 101},
+		{remaining: 100, floor: 100, start: 100, restart: 0, deploy: 100},
+		{remaining: 5, floor: 100, start: 5, restart: 0, deploy: 5},
+		{remaining: 0, floor: 100, start: 0, restart: 0, deploy: 0},
+		{remaining: 7, floor: 0, start: 7, restart: 7, deploy: 7},
+	}
+	for _, tt := range tests {
+		b := discord.Budget{Floor: tt.floor}
+		b.Observe(limit(1000, tt.remaining, time.Hour), t0)
+		for reason, want := range map[discord.Reason]int{discord.ReasonStart: tt.start, discord.ReasonRestart: tt.restart, discord.ReasonDeploy: tt.deploy} {
+			n, known := b.Grantable(reason, t0)
+			if n != want || !known {
+				t.Errorf("remaining %d floor %d, %v: %d (known %v), want %d", tt.remaining, tt.floor, reason, n, known, want)
+			}
+			// Exactly that many grants in a row are allowed, and no more.
+			c := b
+			for i := range n {
+				if ok, why := c.Allow(reason, t0); !ok {
+					t.Fatalf("remaining %d floor %d, %v: grant %d of %d refused: %s", tt.remaining, tt.floor, reason, i+1, n, why)
+				}
+				c.Spend(t0)
+			}
+			if ok, _ := c.Allow(reason, t0); ok {
+				t.Errorf("remaining %d floor %d, %v: a grant past Grantable's %d allowed", tt.remaining, tt.floor, reason, n)
+			}
+		}
+	}
+	// Past the reset the total counts again.
+	b := discord.Budget{Floor: 100}
+	b.Observe(limit(1000, 3, time.Hour), t0)
+	if n, _ := b.Grantable(discord.ReasonRestart, t0.Add(time.Hour)); n != 900 {
+		t.Errorf("after the reset: %d restarts grantable, want 900", n)
+	}
+	if n, _ := b.Grantable(discord.Reason(0), t0); n != 0 {
+		t.Errorf("unknown reason: %d grantable", n)
+	}
+}

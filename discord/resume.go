@@ -27,8 +27,16 @@ const (
 // hands it back to the replacement process in the REGISTER reply. The JSON
 // form is the wire form.
 type ResumeState struct {
-	Shard     int    `json:"shard"`
-	SessionID string `json:"session_id"`
+	Shard int `json:"shard"`
+	// ShardCount is the total shard count of the topology the session was
+	// opened under: a session is only good for a process of that topology
+	// (Discord routes guilds by shard and shard count, and libraries such as
+	// @discordjs/ws resume only a session of the current count). The manager
+	// stamps it with the reporting process's topology; what a cluster sends
+	// is ignored. 0 means unknown (a file written before it existed): such an
+	// entry is never handed out.
+	ShardCount int    `json:"shard_count,omitempty"`
+	SessionID  string `json:"session_id"`
 	// Seq is the last sequence number the shard received.
 	Seq int64 `json:"seq"`
 	// ResumeURL is the READY event's resume_gateway_url.
@@ -44,6 +52,8 @@ func (s ResumeState) Validate() error {
 	switch {
 	case s.Shard < 0:
 		return fmt.Errorf("resume state: shard %d is negative", s.Shard)
+	case s.ShardCount < 0 || (s.ShardCount > 0 && s.Shard >= s.ShardCount):
+		return fmt.Errorf("resume state of shard %d: shard_count %d does not hold it", s.Shard, s.ShardCount)
 	case s.SessionID == "" || len(s.SessionID) > maxSessionIDLen || !printableASCII(s.SessionID):
 		return fmt.Errorf("resume state of shard %d: session_id must be 1 to %d printable ASCII characters", s.Shard, maxSessionIDLen)
 	case s.Seq < 0:
@@ -88,9 +98,10 @@ func (s *ResumeStore) maxAge() time.Duration {
 	return DefaultResumeMaxAge
 }
 
-// Update records the reported states as of now. Invalid entries are skipped
-// and reported in the returned error (errors.Join of Validate's); the valid
-// ones are kept. A later entry for a shard replaces the earlier, except that a
+// Update records the reported states as of now, each with its ShardCount as
+// given (UpdateJSON stamps the sender's). Invalid entries are skipped and
+// reported in the returned error (errors.Join of Validate's); the valid ones
+// are kept. A later entry for a shard replaces the earlier, except that a
 // report for the same session never lowers its sequence number.
 func (s *ResumeStore) Update(states []ResumeState, now time.Time) error {
 	var errs []error
@@ -110,7 +121,7 @@ func (s *ResumeStore) put(st ResumeState, now time.Time) error {
 	if s.m == nil {
 		s.m = map[int]ResumeState{}
 	}
-	if old, ok := s.m[st.Shard]; ok && old.SessionID == st.SessionID {
+	if old, ok := s.m[st.Shard]; ok && old.SessionID == st.SessionID && old.ShardCount == st.ShardCount {
 		st.Seq = max(st.Seq, old.Seq)
 	}
 	st.UpdatedAt = now
@@ -119,12 +130,14 @@ func (s *ResumeStore) put(st ResumeState, now time.Time) error {
 	return nil
 }
 
-// Get returns the fresh entries for shards first..last (inclusive), by shard:
-// what the REGISTER reply of that range's replacement process carries.
-func (s *ResumeStore) Get(first, last int, now time.Time) []ResumeState {
+// Get returns the fresh entries for shards first..last (inclusive) opened
+// under a topology of shardCount shards, by shard: what the REGISTER reply of
+// that range's replacement process carries. Entries of another shard count
+// (a re-clustering changed it) or of an unknown one are left out.
+func (s *ResumeStore) Get(first, last, shardCount int, now time.Time) []ResumeState {
 	var out []ResumeState
 	for shard, st := range s.m {
-		if shard >= first && shard <= last && s.fresh(st, now) {
+		if shard >= first && shard <= last && st.ShardCount == shardCount && shardCount > 0 && s.fresh(st, now) {
 			out = append(out, st)
 		}
 	}

@@ -11,11 +11,13 @@ import (
 )
 
 // UpdateJSON records the resume states in raw — a JSON array of ResumeState,
-// the form HEARTBEAT and QUIESCED carry — for shards first..last, as of now;
-// entries for other shards are ignored. It does what json.Unmarshal and then
-// Update of the kept entries do, and returns the same: an array that does not
-// decode is an error and changes nothing; invalid entries are skipped and
-// reported, the valid ones kept.
+// the form HEARTBEAT and QUIESCED carry — for shards first..last of a
+// topology of shardCount shards, as of now; entries for other shards are
+// ignored, and every entry's ShardCount is shardCount, whatever the sender
+// wrote. It does what json.Unmarshal and then Update of the kept entries do,
+// and returns the same: an array that does not decode is an error and
+// changes nothing; invalid entries are skipped and reported, the valid ones
+// kept.
 //
 // It exists for the heartbeat path, where encoding/json was a third of a
 // 512-cluster manager's CPU (docs/performance.md): the report bots send in
@@ -24,18 +26,18 @@ import (
 // (only seq moves) is updated in place, without allocating or re-validating
 // the URL. Anything else takes encoding/json's path; FuzzUpdateJSON checks
 // that both paths agree.
-func (s *ResumeStore) UpdateJSON(raw []byte, first, last int, now time.Time) error {
+func (s *ResumeStore) UpdateJSON(raw []byte, first, last, shardCount int, now time.Time) error {
 	var buf [16]scannedResume // a cluster's shards, on the stack
 	entries, ok := scanResume(raw, buf[:0])
 	if !ok {
-		return s.updateDecoded(raw, first, last, now)
+		return s.updateDecoded(raw, first, last, shardCount, now)
 	}
 	var errs []error
 	for _, e := range entries {
 		if e.shard < first || e.shard > last {
 			continue
 		}
-		if old, ok := s.m[e.shard]; ok && e.seq >= 0 &&
+		if old, ok := s.m[e.shard]; ok && e.seq >= 0 && old.ShardCount == shardCount &&
 			old.SessionID == string(e.session) && old.ResumeURL == string(e.url) {
 			// Valid when it was stored, and only the sequence moved.
 			old.Seq = max(old.Seq, e.seq)
@@ -44,7 +46,7 @@ func (s *ResumeStore) UpdateJSON(raw []byte, first, last int, now time.Time) err
 			s.version++
 			continue
 		}
-		st := ResumeState{Shard: e.shard, SessionID: string(e.session), Seq: e.seq, ResumeURL: string(e.url)}
+		st := ResumeState{Shard: e.shard, ShardCount: shardCount, SessionID: string(e.session), Seq: e.seq, ResumeURL: string(e.url)}
 		if err := s.put(st, now); err != nil {
 			errs = append(errs, err)
 		}
@@ -53,7 +55,7 @@ func (s *ResumeStore) UpdateJSON(raw []byte, first, last int, now time.Time) err
 }
 
 // updateDecoded is UpdateJSON through encoding/json.
-func (s *ResumeStore) updateDecoded(raw []byte, first, last int, now time.Time) error {
+func (s *ResumeStore) updateDecoded(raw []byte, first, last, shardCount int, now time.Time) error {
 	var states []ResumeState
 	if err := json.Unmarshal(raw, &states); err != nil {
 		return err
@@ -61,6 +63,7 @@ func (s *ResumeStore) updateDecoded(raw []byte, first, last int, now time.Time) 
 	mine := states[:0]
 	for _, st := range states {
 		if st.Shard >= first && st.Shard <= last {
+			st.ShardCount = shardCount
 			mine = append(mine, st)
 		}
 	}
@@ -110,12 +113,13 @@ func scanResume(raw []byte, dst []scannedResume) ([]scannedResume, bool) {
 }
 
 // The keys of a ResumeState that scanResume reads, each a bit so that a
-// repeat is spotted.
+// repeat is spotted. shard_count is read and dropped: the store stamps its own.
 const (
 	resumeKeyShard = 1 << iota
 	resumeKeySession
 	resumeKeySeq
 	resumeKeyURL
+	resumeKeyShardCount
 )
 
 func scanResumeEntry(s *jsonscan.Scanner) (e scannedResume, ok bool) {
@@ -153,6 +157,9 @@ func scanResumeEntry(s *jsonscan.Scanner) (e scannedResume, ok bool) {
 		case "resume_url":
 			bit = resumeKeyURL
 			e.url, ok = asciiString(s)
+		case "shard_count":
+			bit = resumeKeyShardCount
+			_, ok = s.Integer(strconv.IntSize)
 		}
 		if bit == 0 || seen&bit != 0 || !ok {
 			return e, false

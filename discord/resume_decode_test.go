@@ -26,12 +26,20 @@ func heartbeatResume(first int, seq int64) []byte {
 	return []byte(b.String())
 }
 
+// fuzzCount is the shard count UpdateJSON stamps in the fuzz test.
+const fuzzCount = 8
+
 // seededStore holds shards 0-3 with sessions s0-s3, so that fuzz inputs can
-// hit the in-place path (same session and URL) as well as the other.
+// hit the in-place path (same session, URL and shard count) as well as the
+// other; shard 3's session is of another topology (4 shards), so a report of
+// the same session under this one replaces it.
 func seededStore(now time.Time) *discord.ResumeStore {
 	s := discord.NewResumeStore(time.Minute)
 	for i := range 4 {
-		st := discord.ResumeState{Shard: i, SessionID: fmt.Sprintf("s%d", i), Seq: 10, ResumeURL: "wss://g.example"}
+		st := discord.ResumeState{Shard: i, ShardCount: fuzzCount, SessionID: fmt.Sprintf("s%d", i), Seq: 10, ResumeURL: "wss://g.example"}
+		if i == 3 {
+			st.ShardCount = 4
+		}
 		if err := s.Update([]discord.ResumeState{st}, now); err != nil {
 			panic(err)
 		}
@@ -39,8 +47,9 @@ func seededStore(now time.Time) *discord.ResumeStore {
 	return s
 }
 
-// updateModel is what UpdateJSON must do, the slow and obvious way.
-func updateModel(s *discord.ResumeStore, raw []byte, first, last int, now time.Time) error {
+// updateModel is what UpdateJSON must do, the slow and obvious way: the
+// sender's shard_count is replaced by the topology's.
+func updateModel(s *discord.ResumeStore, raw []byte, first, last, shardCount int, now time.Time) error {
 	var states []discord.ResumeState
 	if err := json.Unmarshal(raw, &states); err != nil {
 		return err
@@ -48,6 +57,7 @@ func updateModel(s *discord.ResumeStore, raw []byte, first, last int, now time.T
 	var mine []discord.ResumeState
 	for _, st := range states {
 		if st.Shard >= first && st.Shard <= last {
+			st.ShardCount = shardCount
 			mine = append(mine, st)
 		}
 	}
@@ -73,6 +83,13 @@ func FuzzUpdateJSON(f *testing.F) {
 		`[{"shard":1,"session_id":"é","seq":1,"resume_url":"wss://g.example"}]`,
 		`[{"shard":0,"session_id":"s0","seq":20,"resume_url":"wss://g.example"},{"shard":0,"session_id":"z","seq":1,"resume_url":"wss://g.example"}]`,
 		`[{"shard":1,"session_id":"s1","seq":11,"resume_url":"wss://g.example"}`,
+		`[{"shard":1,"shard_count":8,"session_id":"s1","seq":11,"resume_url":"wss://g.example"}]`,
+		`[{"shard":1,"shard_count":99,"session_id":"s1","seq":12,"resume_url":"wss://g.example"}]`,
+		`[{"shard":1,"shard_count":-1,"session_id":"s1","seq":12,"resume_url":"wss://g.example"}]`,
+		`[{"shard":1,"shard_count":"8","session_id":"s1","seq":12,"resume_url":"wss://g.example"}]`,
+		`[{"shard":1,"shard_count":8,"shard_count":8,"session_id":"s1","seq":12,"resume_url":"wss://g.example"}]`,
+		`[{"shard":3,"session_id":"s3","seq":11,"resume_url":"wss://g.example"}]`,
+		`[{"shard":3,"session_id":"s3","seq":2,"resume_url":"wss://g.example"}]`,
 		`[{"shard":1,"session_id":"s1","seq":11,"resume_url":"wss://g.example"}] x`,
 		string(heartbeatResume(0, 5)),
 	} {
@@ -82,8 +99,8 @@ func FuzzUpdateJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		got, want := seededStore(now), seededStore(now)
 		later := now.Add(time.Second)
-		gotErr := got.UpdateJSON(raw, 0, 5, later)
-		wantErr := updateModel(want, raw, 0, 5, later)
+		gotErr := got.UpdateJSON(raw, 0, 5, fuzzCount, later)
+		wantErr := updateModel(want, raw, 0, 5, fuzzCount, later)
 		if (gotErr == nil) != (wantErr == nil) {
 			t.Fatalf("UpdateJSON(%q): err %v, encoding/json's path %v", raw, gotErr, wantErr)
 		}
@@ -104,18 +121,18 @@ func FuzzUpdateJSON(f *testing.F) {
 func TestUpdateJSONSteadyHeartbeatDoesNotAllocate(t *testing.T) {
 	now := time.Now()
 	s := discord.NewResumeStore(time.Minute)
-	if err := s.UpdateJSON(heartbeatResume(16, 1), 16, 23, now); err != nil {
+	if err := s.UpdateJSON(heartbeatResume(16, 1), 16, 23, 32, now); err != nil {
 		t.Fatal(err)
 	}
 	next := heartbeatResume(16, 2)
 	if n := testing.AllocsPerRun(100, func() {
-		if err := s.UpdateJSON(next, 16, 23, now); err != nil {
+		if err := s.UpdateJSON(next, 16, 23, 32, now); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
 		t.Errorf("a heartbeat whose sessions are unchanged allocates %v times", n)
 	}
-	got := s.Get(16, 23, now)
+	got := s.Get(16, 23, 32, now)
 	if len(got) != 8 || got[7].Seq != 9 || got[0].SessionID != fmt.Sprintf("%032x", 16) {
 		t.Errorf("store holds %v", brief(got))
 	}
@@ -128,15 +145,40 @@ func TestUpdateJSONKeepsOwnShardsAndReportsInvalid(t *testing.T) {
 		`{"shard":1,"session_id":"b","seq":2,"resume_url":"ftp://g.example"},` +
 		`{"shard":2,"session_id":"c","seq":3,"resume_url":"wss://g.example"},` +
 		`{"shard":7,"session_id":"d","seq":4,"resume_url":"wss://g.example"}]`)
-	err := s.UpdateJSON(raw, 0, 3, now)
+	err := s.UpdateJSON(raw, 0, 3, 8, now)
 	if err == nil || !strings.Contains(err.Error(), "shard 1") {
 		t.Errorf("err = %v, want shard 1's resume_url refused", err)
 	}
-	if got := brief(s.Get(0, 10, now)); strings.Join(got, " ") != "0:a:1 2:c:3" {
+	if got := brief(s.Get(0, 10, 8, now)); strings.Join(got, " ") != "0:a:1 2:c:3" {
 		t.Errorf("store holds %v, want shards 0 and 2 (1 invalid, 7 not the cluster's)", got)
 	}
-	if err := s.UpdateJSON([]byte(`[{"shard":0`), 0, 3, now); err == nil {
+	if err := s.UpdateJSON([]byte(`[{"shard":0`), 0, 3, 8, now); err == nil {
 		t.Error("a truncated array was accepted")
+	}
+}
+
+// A cluster's own shard_count is read past, on the fast path too, and the
+// manager's (the sender's topology) is what the store keeps.
+func TestUpdateJSONStampsShardCount(t *testing.T) {
+	now := time.Now()
+	s := discord.NewResumeStore(time.Minute)
+	raw := []byte(`[{"shard":2,"shard_count":99,"session_id":"a","seq":1,"resume_url":"wss://g.example"}]`)
+	if err := s.UpdateJSON(raw, 0, 3, 8, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Get(0, 3, 8, now); len(got) != 1 || got[0].ShardCount != 8 {
+		t.Fatalf("stored %+v, want shard_count 8", got)
+	}
+	if got := s.Get(0, 3, 99, now); len(got) != 0 {
+		t.Fatalf("the sender's shard_count was believed: %+v", got)
+	}
+	next := []byte(`[{"shard":2,"shard_count":99,"session_id":"a","seq":2,"resume_url":"wss://g.example"}]`)
+	if n := testing.AllocsPerRun(100, func() {
+		if err := s.UpdateJSON(next, 0, 3, 8, now); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("a steady report with shard_count allocates %v times", n)
 	}
 }
 
@@ -150,7 +192,7 @@ func BenchmarkResumeHeartbeat(b *testing.B) {
 		s := discord.NewResumeStore(time.Minute)
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := updateModel(s, raw, 0, 7, now); err != nil {
+			if err := updateModel(s, raw, 0, 7, 8, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -159,7 +201,7 @@ func BenchmarkResumeHeartbeat(b *testing.B) {
 		s := discord.NewResumeStore(time.Minute)
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := s.UpdateJSON(raw, 0, 7, now); err != nil {
+			if err := s.UpdateJSON(raw, 0, 7, 8, now); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -47,8 +47,13 @@ func TestBridgeRoundTrip(t *testing.T) {
 		t.Errorf("unknown op → %s", ipc.Encode(u))
 	}
 
+	// A handoff crosses the bridge both ways unchanged: the bot hands back
+	// its ACTIVATE's in its QUIESCED.
+	c.Send(`{"op":"ACTIVATE","handoff":{"v":1, "shards":{"4":{"last":["ab"]}}}}`)
 	c.Send(`{"op":"QUIESCE"}`)
-	c.ExpectOp(wait, ipc.OpQuiesced)
+	if q := c.ExpectOp(wait, ipc.OpQuiesced); string(q.Handoff) != `{"v":1, "shards":{"4":{"last":["ab"]}}}` {
+		t.Errorf("QUIESCED %s: the handoff did not cross the bridge unchanged", ipc.Encode(q))
+	}
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after the child quiesced = %v", err)
 	}
@@ -154,6 +159,38 @@ func TestBridgeIdentifyAndResume(t *testing.T) {
 	if q := c2.ExpectOp(wait, ipc.OpQuiesced); string(q.Resume) != wantResume {
 		t.Fatalf("QUIESCED resume %s, want %s", q.Resume, wantResume)
 	}
+	if err := r.result(t, wait); err != nil {
+		t.Fatalf("Run after the child quiesced = %v", err)
+	}
+}
+
+// An IDENTIFY_CANCEL from the child reaches the manager as written, and both
+// answers come back to the child: cancelled for the withdrawn IDENTIFY, then
+// the count for the IDENTIFY_CANCEL.
+func TestBridgeIdentifyCancel(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{Identify: harnesstest.Manual, IdentifyCancel: harnesstest.Manual})
+	r := startBridge(t, m)
+	c := m.Accept(wait)
+	c.ExpectOp(wait, ipc.OpHeartbeat)
+
+	c.Send(`{"op":"identify","id":"i1","payload":{"shard":3}}`)
+	ask := c.Expect(wait, "IDENTIFY", func(f *ipc.Frame) bool { return f.Op == ipc.OpIdentify })
+	c.Send(`{"op":"identify_cancel","id":"c1","payload":{"shard":3}}`)
+	cancel := c.Expect(wait, "IDENTIFY_CANCEL", func(f *ipc.Frame) bool { return f.Op == ipc.OpIdentifyCancel })
+	if string(ipc.Encode(cancel)) != `{"op":"IDENTIFY_CANCEL","id":"bot-c1","shard":3}` {
+		t.Fatalf("the child's IDENTIFY_CANCEL reached the manager as %s", ipc.Encode(cancel))
+	}
+	c.SendFrame(ipc.ReplyError(ask.ID, ipc.Errorf(ipc.CodeCancelled, "withdrawn")))
+	c.SendFrame(ipc.Reply(cancel.ID, json.RawMessage(`{"withdrawn":1}`)))
+	if g := c.ExpectReply(wait, "i1"); g.Error == nil || g.Error.Code != ipc.CodeCancelled {
+		t.Fatalf("the child got %s for its withdrawn IDENTIFY", ipc.Encode(g))
+	}
+	if w := c.ExpectReply(wait, "c1"); w.Error != nil || string(w.Payload) != `{"withdrawn":1}` {
+		t.Fatalf("the child got %s for its IDENTIFY_CANCEL", ipc.Encode(w))
+	}
+	c.Send(`{"op":"QUIESCE"}`)
+	c.ExpectOp(wait, ipc.OpQuiesced)
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after the child quiesced = %v", err)
 	}

@@ -117,6 +117,10 @@ func (r Registration) Resumable(env Env) (map[int]discord.ResumeState, []string)
 			problems = append(problems, err.Error())
 		case !env.Owns(st.Shard):
 			problems = append(problems, fmt.Sprintf("resume state of shard %d: not a shard of this cluster (%d..%d)", st.Shard, env.ShardFirst, env.ShardLast))
+		case st.ShardCount != 0 && st.ShardCount != env.TotalShards:
+			// The manager hands out only sessions of the topology in force;
+			// a count of 0 comes from a manager older than shard_count.
+			problems = append(problems, fmt.Sprintf("resume state of shard %d: a session of %d shards, this process has %d", st.Shard, st.ShardCount, env.TotalShards))
 		default:
 			if out == nil {
 				out = make(map[int]discord.ResumeState)

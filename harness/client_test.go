@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,7 +47,9 @@ func TestRegistrationGateAndResume(t *testing.T) {
 		"resume":[{"shard":12,"session_id":"abc","seq":42,"resume_url":"wss://r.invalid","updated_at":"2026-01-01T00:00:00Z"},
 		          {"shard":13,"session_id":"","seq":1,"resume_url":"wss://r.invalid"},
 		          {"shard":2,"session_id":"x","seq":1,"resume_url":"wss://r.invalid"},
-		          {"shard":14,"session_id":"y","seq":1,"resume_url":"https://r.invalid"}]}`))
+		          {"shard":14,"session_id":"y","seq":1,"resume_url":"https://r.invalid"},
+		          {"shard":15,"shard_count":32,"session_id":"z","seq":1,"resume_url":"wss://r.invalid"},
+		          {"shard":13,"shard_count":16,"session_id":"w","seq":3,"resume_url":"wss://r.invalid"}]}`))
 	if err != nil || len(r.Problems) != 0 {
 		t.Fatal(err, r.Problems)
 	}
@@ -54,11 +57,12 @@ func TestRegistrationGateAndResume(t *testing.T) {
 		t.Errorf("identify %+v", r.Identify)
 	}
 	resume, problems := r.Resumable(env)
-	if len(resume) != 1 || resume[12].SessionID != "abc" || resume[12].Seq != 42 || resume[12].ResumeURL != "wss://r.invalid" {
+	if len(resume) != 2 || resume[12].SessionID != "abc" || resume[12].Seq != 42 || resume[12].ResumeURL != "wss://r.invalid" ||
+		resume[13].SessionID != "w" || resume[13].ShardCount != 16 {
 		t.Errorf("resumable %+v", resume)
 	}
-	if len(problems) != 3 {
-		t.Errorf("problems %q, want the empty session id, the foreign shard and the https URL", problems)
+	if len(problems) != 4 || !strings.Contains(strings.Join(problems, "\n"), "a session of 32 shards") {
+		t.Errorf("problems %q, want the empty session id, the foreign shard, the https URL and the 32-shard session", problems)
 	}
 
 	for payload, gate := range map[string]bool{

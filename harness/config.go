@@ -84,7 +84,7 @@ type SimOptions struct {
 	// it the shard asks again.
 	IdentifyTimeout time.Duration
 	// IdentifyRetry is how long a shard waits before asking the gate again
-	// after a refusal (forbidden) or a failed ask.
+	// after a refusal (budget_refused, forbidden) or a failed ask.
 	IdentifyRetry time.Duration
 
 	// FailReady leaves the last shard connecting forever: never ready.

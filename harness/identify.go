@@ -141,14 +141,22 @@ func (s *sim) askIdentify(ctx context.Context, shard int, reg regView, refused *
 		return false
 	}
 	switch code := ipc.CodeOf(err); code {
-	case ipc.CodeForbidden:
+	case ipc.CodeBudgetRefused, ipc.CodeForbidden:
+		// budget_refused is the governor's word. A manager older than that
+		// code said forbidden for it too; today's says forbidden only to a
+		// process it is stopping, whose shard must stay down as well.
 		s.setBudgetHeld(true)
 		level := log.Warn
 		if *refused {
 			level = log.Debug
 		}
 		*refused = true
-		level("the manager's budget governor refused the identify: the shard stays down", "err", err, "retry", s.opts.IdentifyRetry)
+		level("the manager refused the identify: the shard stays down", "code", code, "err", err, "retry", s.opts.IdentifyRetry)
+		s.pause(ctx, reg.changed, s.opts.IdentifyRetry)
+	case ipc.CodeCancelled:
+		// Withdrawn by an IDENTIFY_CANCEL (not one of the simulated bot's
+		// own, which sends none): ask again.
+		log.Info("the identify was withdrawn: asking again", "err", err)
 		s.pause(ctx, reg.changed, s.opts.IdentifyRetry)
 	case ipc.CodeTimeout:
 		log.Info("no identify slot in time: asking again", "waited", time.Since(asked).Round(time.Millisecond))

@@ -157,10 +157,14 @@ func TestSimIdentifyGateInShardOrder(t *testing.T) {
 
 func TestSimIdentifyBudgetRefusal(t *testing.T) {
 	t.Parallel()
-	// The governor refuses shard 6 three times, then grants it.
+	// The governor refuses shard 6 three times, then grants it; the second
+	// refusal is an older manager's word for it, forbidden.
 	g := &fakeGate{deny: func(shard, n int) string {
-		if shard == 6 && n < 3 {
+		switch {
+		case shard == 6 && n == 1:
 			return ipc.CodeForbidden
+		case shard == 6 && n < 3:
+			return ipc.CodeBudgetRefused
 		}
 		return ""
 	}}

@@ -14,7 +14,8 @@ const (
 	ShardConnecting = "connecting"
 	ShardReady      = "ready"
 	// ShardWaitingBudget: the manager's budget governor refused the shard's
-	// IDENTIFY (forbidden); it stays down and asks again every --identify-retry.
+	// IDENTIFY (budget_refused; forbidden from an older manager); it stays
+	// down and asks again every --identify-retry.
 	ShardWaitingBudget = "waiting_budget"
 )
 

@@ -23,7 +23,7 @@ func decodeFast(b []byte, d *Decoder) (*Frame, bool) {
 }
 
 // decodeFastInto is decodeFast into f, which must be zero. With view, the
-// payload and resume are views into b rather than copies.
+// payload, resume and handoff are views into b rather than copies.
 func decodeFastInto(f *Frame, b []byte, d *Decoder, view bool) bool {
 	s := jsonscan.New(b)
 	s.WS()
@@ -72,6 +72,8 @@ func decodeFastInto(f *Frame, b []byte, d *Decoder, view bool) bool {
 			f.Payload, ok = raw(&s)
 		case keyResume:
 			f.Resume, ok = raw(&s)
+		case keyHandoff:
+			f.Handoff, ok = raw(&s)
 		case keyTimeoutMS:
 			f.TimeoutMS, ok = s.Integer(64)
 		case keyCluster:
@@ -135,6 +137,7 @@ const (
 	keyMaxParallel
 	keyResume
 	keyShard
+	keyHandoff
 )
 
 // fastKey returns the bit of key, or 0 for a key decodeFast does not handle.
@@ -171,6 +174,8 @@ func fastKey(key []byte) uint32 {
 		return keyResume
 	case "shard":
 		return keyShard
+	case "handoff":
+		return keyHandoff
 	}
 	return 0
 }

@@ -61,6 +61,10 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 		dst = append(dst, `,"resume":`...)
 		dst = appendPayload(dst, f.Resume)
 	}
+	if len(f.Handoff) > 0 {
+		dst = append(dst, `,"handoff":`...)
+		dst = appendPayload(dst, f.Handoff)
+	}
 	if len(f.Clusters) > 0 {
 		dst = append(dst, `,"clusters":[`...)
 		for i, c := range f.Clusters {

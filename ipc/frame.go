@@ -28,6 +28,9 @@ const (
 	OpEvent    = "EVENT"  // manager → client: one state-feed event as payload
 	// OpIdentify asks the manager's identify gate for a slot (cluster → manager).
 	OpIdentify = "IDENTIFY"
+	// OpIdentifyCancel withdraws the sender's waiting IDENTIFYs for a shard
+	// (cluster → manager); each is answered CodeCancelled.
+	OpIdentifyCancel = "IDENTIFY_CANCEL"
 )
 
 // Roles a connection may REGISTER as.
@@ -68,8 +71,13 @@ type Frame struct {
 	// Resume, on HEARTBEAT and QUIESCED (v1 addition): the cluster's shards'
 	// resume state, a JSON array of {shard, session_id, seq, resume_url}.
 	Resume json.RawMessage `json:"resume,omitempty"`
+	// Handoff, on QUIESCED and ACTIVATE (v1 addition): a JSON object, opaque
+	// to the manager, that the quiesced process leaves for its cluster's
+	// next ACTIVATE (what it handled, so its successor replays the rest).
+	Handoff json.RawMessage `json:"handoff,omitempty"`
 
-	// IDENTIFY field (v1 addition): the shard that wants to identify.
+	// IDENTIFY and IDENTIFY_CANCEL field (v1 addition): the shard that wants
+	// to identify, or no longer does.
 	Shard *int `json:"shard,omitempty"`
 
 	// DEPLOY fields.
@@ -93,6 +101,11 @@ const (
 	CodeBadConfig        = "bad_config"
 	CodeShuttingDown     = "shutting_down"
 	CodeInternal         = "internal"
+	// CodeBudgetRefused: the session-start budget governor refused an
+	// IDENTIFY (docs/discord.md); forbidden stays for who may ask.
+	CodeBudgetRefused = "budget_refused"
+	// CodeCancelled answers an IDENTIFY withdrawn by IDENTIFY_CANCEL.
+	CodeCancelled = "cancelled"
 )
 
 // Error is the error object of a REPLY. It implements error so a Go caller can

@@ -166,6 +166,7 @@ func TestAppendFrameRoundTrip(t *testing.T) {
 			}
 			want.Payload = f.Payload // json.Marshal compacts it; AppendFrame must not
 			want.Resume = f.Resume
+			want.Handoff = f.Handoff
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 			}

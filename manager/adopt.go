@@ -1,10 +1,6 @@
 package manager
 
-import (
-	"time"
-
-	"github.com/sm-supervisor/sm/discord"
-)
+import "time"
 
 // restore rebuilds the manager from the state file a previous manager left:
 // the topology and generations in force then (a topology change in the config
@@ -48,9 +44,9 @@ func (m *Manager) restore() bool {
 			seq: m.procSeq.Add(1), cluster: sp.Cluster, gen: sp.Generation, tokenHash: sp.TokenHash,
 			startTime: sp.StartTime, process: process, spawned: now, lastBeat: now,
 			activated: sp.Activated, adopted: true,
-			// Its shards, if any still need an identify, replace sessions
-			// lost with a process that died: a restart, for the budget.
-			reason: discord.ReasonRestart,
+			// The reason its spawner gave it: a first start still connecting
+			// its shards is still a first start (docs/discord.md).
+			reason: reasonOfStart(sp.Start),
 		}
 		if sp.Topology == st.Topology && sp.Cluster < len(t.slots) && t.slots[sp.Cluster].first == sp.ShardFirst {
 			p.slot = t.slots[sp.Cluster]
@@ -83,6 +79,7 @@ func (m *Manager) restore() bool {
 	for _, p := range m.procs {
 		p.stale = p.slot.current != p
 	}
+	m.restoreHandoffs(t, st.Handoffs)
 	if adopted > 0 {
 		window := m.cfg.State.AdoptWindow.Duration
 		m.log.Info("re-adopting surviving clusters", "processes", adopted, "adopt_window", window)

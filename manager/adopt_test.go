@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
@@ -270,5 +273,152 @@ func TestResumeAcrossManagerRestart(t *testing.T) {
 	}
 	if after.Discord.IdentifyGranted != 0 {
 		t.Fatalf("the new manager granted %d identifies", after.Discord.IdentifyGranted)
+	}
+}
+
+// What a process is told at REGISTER about how it was started survives a
+// manager restart, and so does what it may claim: every survivor re-registers
+// with the start kind it was spawned with (the state file records it), a
+// survivor that is no longer its cluster's process (a deploy's new generation
+// while the old one still serves) gets no resume state, and neither does a
+// deploy's new generation that has become its cluster's process (its old one
+// died while no manager ran): it was spawned to open sessions of its own.
+func TestSurvivorsKeepStartKindAndClaimNoSessions(t *testing.T) {
+	cfg, dir := testbotConfig(t, map[string]string{testbotResumeEnv: "1"})
+	cfg.State.AdoptWindow = durationOf(3 * time.Second)
+	cfg.Deploy.ReadyTimeout = durationOf(time.Minute)
+	testenv.WriteConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	c, before := watch(t, cfg.Socket, "w")
+
+	// Cluster 1's process is replaced once: a respawn.
+	syscall.Kill(before.Clusters[1].PID, syscall.SIGKILL)
+	var respawn int
+	testenv.WaitFor(t, 10*time.Second, "cluster 1 respawned", func() bool {
+		st, ok := statusVia(t, c)
+		respawn = st.Clusters[1].PID
+		return ok && respawn != before.Clusters[1].PID && allRouted(st)
+	})
+	// A deploy of clusters 2 and 3 whose new processes never get ready.
+	next := *cfg
+	next.Cluster.Env = map[string]string{testbotDirEnv: dir, testbotResumeEnv: "1", testbotUnreadyEnv: "1"}
+	testenv.WriteConfig(t, &next)
+	if _, err := c.Request(t.Context(), &ipc.Frame{Op: ipc.OpDeploy, Clusters: []int{2, 3}, MaxParallel: 2}); err != nil {
+		t.Fatal(err)
+	}
+	cand := map[int]int{} // cluster → its candidate's pid
+	testenv.WaitFor(t, 10*time.Second, "both candidates registered", func() bool {
+		for _, r := range botRecords(t, dir, ".reg") {
+			if r.Gen == 2 {
+				cand[r.Cluster] = r.PID
+			}
+		}
+		return len(cand) == 2
+	})
+	time.Sleep(1500 * time.Millisecond) // the resume file is written once a second
+	m1.kill()
+	// Cluster 3's old process dies while no manager runs: its candidate is
+	// all the cluster has left.
+	syscall.Kill(before.Clusters[3].PID, syscall.SIGKILL)
+	runManager(t, cfg.Path, "manager-2.log")
+
+	second := func(pid int) botRegistration {
+		t.Helper()
+		return waitRegs(t, dir, pid, 2)[1]
+	}
+	for pid, want := range map[int]string{
+		before.Clusters[0].PID: "first", respawn: "respawn", before.Clusters[2].PID: "first",
+		cand[2]: "candidate", cand[3]: "candidate",
+	} {
+		regs := waitRegs(t, dir, pid, 2)
+		if regs[0].Start != want || regs[1].Start != want {
+			t.Errorf("pid %d registered as %q, then %q after the restart; want %q both times", pid, regs[0].Start, regs[1].Start, want)
+		}
+	}
+	// The processes that serve are handed their sessions back, under 8 shards.
+	for _, pid := range []int{respawn, before.Clusters[2].PID} {
+		if rs := resumeEntries(t, second(pid)); len(rs) != 2 || rs[0].ShardCount != 8 {
+			t.Errorf("serving survivor %d re-registered with resume %+v, want its 2 sessions", pid, rs)
+		}
+	}
+	// The stale candidate claims nothing and is sent away.
+	if r := second(cand[2]); len(r.Resume) != 0 || r.Active {
+		t.Errorf("stale candidate of cluster 2 re-registered with resume %s (active %v): state it must not act on", r.Resume, r.Active)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the stale candidate quiesced and gone", func() bool { return !alive(cand[2]) })
+	// Nor does the candidate now in charge of cluster 3 resume the dead
+	// process's sessions: it opens its own.
+	if r := second(cand[3]); len(r.Resume) != 0 {
+		t.Errorf("cluster 3's candidate re-registered with resume %s", r.Resume)
+	}
+	if !alive(cand[3]) {
+		t.Error("cluster 3's candidate, its only process, is gone")
+	}
+}
+
+// A survivor that was still connecting its shards when the manager died
+// finishes them under the next manager: it asks with the reason it was
+// spawned with (a first start, recorded in the state file), so even with the
+// session-start budget below the floor, where restarts are refused, its last
+// shard is granted and it becomes ready, the same process.
+func TestSurvivorStillConnectingIdentifiesAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Topology = config.Topology{TotalShards: 2, ShardsPerCluster: 1}
+	cfg.Discord.IdentifySpacing = durationOf(time.Hour) // shard 1 waits behind shard 0
+	cfg.State.AdoptWindow = durationOf(3 * time.Second)
+	testenv.WriteConfig(t, cfg)
+	m1 := runManager(t, cfg.Path, "manager-1.log")
+	var c *ipc.Client
+	testenv.WaitFor(t, 10*time.Second, "manager up", func() bool {
+		var err error
+		c, err = ipc.Dial(t.Context(), ipc.ClientConfig{Path: cfg.Socket, Register: ipc.Frame{Role: ipc.RoleClient, Name: "w"}})
+		return err == nil
+	})
+	var before manager.Status
+	waiter := -1 // whichever cluster registered second waits an hour for its slot
+	testenv.WaitFor(t, 10*time.Second, "one cluster ready, the other's shard waiting for its slot", func() bool {
+		st, ok := statusVia(t, c)
+		before = st
+		if !ok || st.Discord.IdentifyWaiting != 1 {
+			return false
+		}
+		for i := range 2 {
+			if st.Clusters[1-i].Routed && st.Clusters[i].State == "registered" {
+				waiter = i
+				return true
+			}
+		}
+		return false
+	})
+	c.Close()
+	m1.kill()
+
+	// The next manager has a token: 50 session starts left, floor 100.
+	next := *cfg
+	next.Discord.IdentifySpacing = durationOf(time.Millisecond)
+	testenv.WriteConfig(t, &next)
+	loaded, err := config.Load(next.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &discord.GatewayBot{URL: "wss://gateway.example.test", Shards: 2, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
+		Total: 1000, Remaining: 50, ResetAfter: time.Hour, MaxConcurrency: 1,
+	}}
+	e := startWith(t, loaded, manager.Options{Gateway: gw})
+	var after manager.Status
+	testenv.WaitFor(t, 15*time.Second, "the survivor's last shard identified: its cluster ready", func() bool {
+		after = e.MustStatus()
+		return after.Clusters[waiter].Routed && after.Clusters[waiter].State == "ready"
+	})
+	for i := range 2 {
+		if after.Clusters[i].PID != before.Clusters[i].PID {
+			t.Errorf("cluster %d was replaced (pid %d → %d), not re-adopted", i, before.Clusters[i].PID, after.Clusters[i].PID)
+		}
+	}
+	if s := e.simStats(strconv.Itoa(waiter)); s.Identifies != 1 || s.Resumes != 0 {
+		t.Errorf("cluster %d: %d identifies, %d resumes; want its one shard identified", waiter, s.Identifies, s.Resumes)
+	}
+	if b := after.Discord.Budget; b.Remaining != 49 || after.Discord.IdentifyGranted != 1 {
+		t.Errorf("budget after the survivor's identify: %+v, %d granted", b, after.Discord.IdentifyGranted)
 	}
 }

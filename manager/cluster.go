@@ -294,22 +294,23 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 			"max_concurrency": m.disc.gate.MaxConcurrency(),
 		},
 	}
-	if rs := m.resumeFor(p); len(rs) > 0 {
-		reply["resume"] = rs
-	}
+	m.registerFields(reply, p) // start, resume, gateway (identify.go)
 	payload, _ := json.Marshal(reply)
 	return registerResult{payload: payload}
 }
 
 // becameReady routes a ready process that is its slot's current one and, at
-// first start or after a restart, ACTIVATEs it.
+// first start or after a restart, ACTIVATEs it, unless another process of
+// the cluster still runs: a stale survivor after a manager restart, whose
+// exit then brings the ACTIVATE (maybeActivate). A survivor's first ready
+// heartbeat can be taken on a tick before its evRegistered.
 func (m *Manager) becameReady(p *proc) {
 	s := p.slot
 	if s.current != p || m.deployOwns(s) {
 		return
 	}
 	m.setRoute(s, p)
-	m.activate(p)
+	m.maybeActivate(s)
 }
 
 func (m *Manager) activate(p *proc) {
@@ -317,9 +318,10 @@ func (m *Manager) activate(p *proc) {
 	if p.activated || p.state >= procQuiescing {
 		return
 	}
-	if c := p.conn.Load(); c != nil {
-		c.send(&ipc.Frame{Op: ipc.OpActivate})
+	if m.activationWaits(p) {
+		return // a quiesced predecessor's handoff may be on the way (handoff.go)
 	}
+	m.sendActivate(p) // with the cluster's handoff, if one waits
 	p.activated = true
 	m.touch(p.slot)
 	m.persist()
@@ -377,6 +379,7 @@ func (e evDisconnect) apply(m *Manager) {
 	p.conn.Store(nil)
 	m.unroute(p)
 	m.cancelIdentifies(p)
+	m.handoffDrained(p) // its last frames are read: an ACTIVATE may go out
 	if p.state >= procStopping {
 		return
 	}

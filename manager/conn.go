@@ -247,6 +247,9 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 			c.replyErr(f.ID, ipc.CodeForbidden, "QUIESCED is for cluster connections")
 			return
 		}
+		if len(f.Handoff) > 0 {
+			m.post(evHandoff{p: c.proc, handoff: f.Handoff}) // handoff.go
+		}
 		m.post(evQuiesced{p: c.proc, resume: f.Resume})
 		c.reply(f.ID, nil)
 	case ipc.OpRegister:
@@ -257,6 +260,8 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 		m.deploy(c, f)
 	case ipc.OpIdentify:
 		m.post(evIdentify{c: c, f: f})
+	case ipc.OpIdentifyCancel:
+		m.post(evIdentifyCancel{c: c, f: f})
 	case ipc.OpStatus:
 		m.statusOp(c, f)
 	case ipc.OpWatch:

@@ -100,7 +100,8 @@ type evIdentify struct {
 }
 
 // apply of evIdentify: an IDENTIFY from a cluster. The REPLY comes when its
-// slot is due, or at once with forbidden (budget), bad_frame, or later timeout.
+// slot is due, or at once with budget_refused, forbidden, bad_frame, busy, or
+// later with timeout or cancelled.
 func (e evIdentify) apply(m *Manager) {
 	c, f, now := e.c, e.f, time.Now()
 	p := c.proc
@@ -125,7 +126,7 @@ func (e evIdentify) apply(m *Manager) {
 	}
 	if ok, why := m.disc.budget.Allow(p.reason, now); !ok {
 		m.metrics.identifyRefused.Inc()
-		c.replyErr(f.ID, ipc.CodeForbidden, "%s", why)
+		c.replyErr(f.ID, ipc.CodeBudgetRefused, "%s", why)
 		return
 	}
 	r := &identReq{c: c, p: p, id: f.ID, shard: *f.Shard}
@@ -157,6 +158,41 @@ func (e evIdentifyExpire) apply(m *Manager) {
 	}
 }
 
+type evIdentifyCancel struct {
+	c *conn
+	f *ipc.Frame
+}
+
+// apply of evIdentifyCancel: an IDENTIFY_CANCEL withdraws the sending
+// process's waiting asks for a shard, so that a library that gave up waiting
+// spends no session start. Each withdrawn IDENTIFY gets its one REPLY,
+// cancelled; the IDENTIFY_CANCEL's REPLY counts them. A grant that came
+// first was spent: 0 withdrawn.
+func (e evIdentifyCancel) apply(m *Manager) {
+	c, f := e.c, e.f
+	p := c.proc
+	switch {
+	case p == nil:
+		c.replyErr(f.ID, ipc.CodeForbidden, "IDENTIFY_CANCEL is for cluster connections")
+		return
+	case f.Shard == nil || *f.Shard < p.slot.first || *f.Shard > p.slot.last:
+		c.replyErr(f.ID, ipc.CodeBadFrame, "IDENTIFY_CANCEL needs a shard of this cluster (%d-%d)", p.slot.first, p.slot.last)
+		return
+	}
+	shard := *f.Shard
+	withdrawn := m.disc.gate.CancelIf(func(g discord.Grant[*identReq]) bool { return g.Meta.p == p && g.Shard == shard })
+	for _, g := range withdrawn {
+		r := g.Meta
+		r.timer.Stop()
+		delete(p.identWaiting, shard)
+		r.c.replyErr(r.id, ipc.CodeCancelled, "the IDENTIFY for shard %d was withdrawn by IDENTIFY_CANCEL", shard)
+	}
+	if len(withdrawn) > 0 {
+		m.armGate(time.Now())
+	}
+	c.reply(f.ID, fmt.Appendf(nil, `{"withdrawn":%d}`, len(withdrawn)))
+}
+
 type evGateDue struct{}
 
 // apply of evGateDue grants the slots that are due: each one checked against
@@ -174,7 +210,7 @@ func (evGateDue) apply(m *Manager) {
 		}
 		if ok, why := m.disc.budget.Allow(r.p.reason, now); !ok {
 			m.metrics.identifyRefused.Inc()
-			r.c.replyErr(r.id, ipc.CodeForbidden, "%s", why)
+			r.c.replyErr(r.id, ipc.CodeBudgetRefused, "%s", why)
 			continue
 		}
 		m.disc.budget.Spend(now)
@@ -226,7 +262,7 @@ func (m *Manager) takeResume(p *proc, raw json.RawMessage, now time.Time) {
 	if len(raw) == 0 || !m.reportsResume(p) {
 		return
 	}
-	if err := m.disc.resume.UpdateJSON(raw, p.slot.first, p.slot.last, now); err != nil {
+	if err := m.disc.resume.UpdateJSON(raw, p.slot.first, p.slot.last, p.slot.topo.Total, now); err != nil {
 		m.log.Debug("resume state refused", "cluster", p.cluster, "err", err)
 	}
 }
@@ -245,13 +281,77 @@ func (m *Manager) reportsResume(p *proc) bool {
 }
 
 // resumeFor is what a process's REGISTER reply hands it: the latest resume
-// state of its shards, unless it is a deploy's new generation (which must
-// open sessions of its own while the old process still holds these).
-func (m *Manager) resumeFor(p *proc) []discord.ResumeState {
+// state of its shards under its topology's shard count, unless it is a
+// deploy's new generation (which must open sessions of its own while the old
+// process still holds these) or not its cluster's process (a survivor the
+// restarted manager will quiesce: the serving process holds the sessions).
+func (m *Manager) resumeFor(p *proc, now time.Time) []discord.ResumeState {
 	if p.reason == discord.ReasonDeploy || p.stale || p.slot.current != p {
 		return nil
 	}
-	return m.disc.resume.Get(p.slot.first, p.slot.last, time.Now())
+	return m.disc.resume.Get(p.slot.first, p.slot.last, p.slot.topo.Total, now)
+}
+
+// registerFields adds to a cluster's REGISTER reply what a library needs to
+// open its shards' sessions: how the process was started, its resume state,
+// and the gateway information it would otherwise fetch from /gateway/bot.
+func (m *Manager) registerFields(reply map[string]any, p *proc) {
+	now := time.Now()
+	reply["start"] = startOf(p.reason)
+	rs := m.resumeFor(p, now)
+	if len(rs) > 0 {
+		reply["resume"] = rs
+	}
+	if gw := m.gatewayFor(p, len(rs), now); gw != nil {
+		reply["gateway"] = gw
+	}
+}
+
+// gatewayInfo is GET /gateway/bot's answer as the manager gives it to one
+// process, in Discord's own shape so a library can take it verbatim.
+type gatewayInfo struct {
+	URL string `json:"url"`
+	// Shards is the shard count in force (the topology), not Discord's
+	// recommendation: what the process must connect with.
+	Shards            int              `json:"shards"`
+	SessionStartLimit sessionStartInfo `json:"session_start_limit"`
+}
+
+type sessionStartInfo struct {
+	Total int `json:"total"`
+	// Remaining is what the governor would grant this process, plus the
+	// shards it is handed resume state for: those RESUME and spend nothing,
+	// and a library that refuses to start with fewer session starts than
+	// shards must not refuse a process that will resume them.
+	Remaining int `json:"remaining"`
+	// ResetAfter is in milliseconds from the reply; 0 when unknown.
+	ResetAfter     int64 `json:"reset_after"`
+	MaxConcurrency int   `json:"max_concurrency"`
+}
+
+// gatewayFor is p's gateway information, nil without an answer from Discord
+// (no token), when the manager has nothing true to say.
+func (m *Manager) gatewayFor(p *proc, resumed int, now time.Time) *gatewayInfo {
+	d := &m.disc
+	if d.gateway == nil {
+		return nil
+	}
+	grantable, _ := d.budget.Grantable(p.reason, now)
+	st := d.budget.State(now)
+	var resetAfter int64
+	if !st.ResetAt.IsZero() {
+		resetAfter = max(0, st.ResetAt.Sub(now).Milliseconds())
+	}
+	return &gatewayInfo{
+		URL:    d.gateway.URL,
+		Shards: p.slot.topo.Total,
+		SessionStartLimit: sessionStartInfo{
+			Total:          st.Total,
+			Remaining:      grantable + resumed,
+			ResetAfter:     resetAfter,
+			MaxConcurrency: d.gate.MaxConcurrency(),
+		},
+	}
 }
 
 const resumeFileName = "resume-state.json"

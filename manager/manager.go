@@ -94,6 +94,7 @@ type Manager struct {
 
 	metrics          *metrics
 	disc             discordState
+	handoff          handoffs // QUIESCED handoffs for the next ACTIVATE (handoff.go)
 	feedDiscordDirty bool
 	discLast         []byte
 	fetchGateway     func(ctx context.Context) (discord.GatewayBot, error)

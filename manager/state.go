@@ -36,6 +36,9 @@ type savedState struct {
 	SlotGens   []int64             `json:"slot_generations"`
 	Specs      map[int64]savedSpec `json:"specs"`
 	Procs      []savedProc         `json:"procs"`
+	// Handoffs are the QUIESCED handoffs waiting for their cluster's next
+	// ACTIVATE, by cluster of Topology.
+	Handoffs map[int]string `json:"handoffs,omitempty"`
 }
 
 type savedSpec struct {
@@ -55,6 +58,8 @@ type savedProc struct {
 	ShardLast  int                 `json:"shard_last"`
 	Routed     bool                `json:"routed"`
 	Activated  bool                `json:"activated"`
+	// Start is how it was started (start.go); "" in files from before.
+	Start string `json:"start,omitempty"`
 }
 
 func hashToken(token string) string {
@@ -95,6 +100,7 @@ func (m *Manager) collectState() savedState {
 	st := savedState{
 		Version: stateVersion, ManagerPID: os.Getpid(), Written: time.Now(),
 		Generation: m.gen, Topology: t.topo, Specs: map[int64]savedSpec{},
+		Handoffs: m.savedHandoffs(t),
 	}
 	for _, s := range t.slots {
 		st.SlotGens = append(st.SlotGens, s.gen)
@@ -107,7 +113,7 @@ func (m *Manager) collectState() savedState {
 		st.Procs = append(st.Procs, savedProc{
 			Cluster: p.cluster, Generation: p.gen, PID: p.pid(), StartTime: p.startTime,
 			TokenHash: p.tokenHash, Topology: p.slot.topo, ShardFirst: p.slot.first, ShardLast: p.slot.last,
-			Routed: m.routedNow(p), Activated: p.activated,
+			Routed: m.routedNow(p), Activated: p.activated, Start: startOf(p.reason),
 		})
 	}
 	sort.Slice(st.Procs, func(i, j int) bool { return st.Procs[i].PID < st.Procs[j].PID })

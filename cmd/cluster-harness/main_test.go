@@ -265,7 +265,7 @@ func TestSimulateIdentifyGateAndResume(t *testing.T) {
 		defer mu.Unlock()
 		asks = append(asks, *f.Shard)
 		if len(asks) == 1 { // the budget governor refuses once
-			return harnesstest.Deny(f, ipc.CodeForbidden)
+			return harnesstest.Deny(f, ipc.CodeBudgetRefused)
 		}
 		return harnesstest.Grant(f)
 	}

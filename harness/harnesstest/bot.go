@@ -24,6 +24,11 @@ const (
 	// {"op":"IDENTIFY","id":"bot-<id>","shard":N} and answers the op with
 	// the REPLY it gets, payload or error.
 	BotOpIdentify = "identify"
+	// BotOpIdentifyCancel ({"shard":N}) makes the bot withdraw its asks for
+	// shard N as a bot behind the bridge does: it sends
+	// {"op":"IDENTIFY_CANCEL","id":"bot-<id>","shard":N} and answers the op
+	// with the REPLY it gets.
+	BotOpIdentifyCancel = "identify_cancel"
 )
 
 // Bot is the smallest bot the exec bridge can run, for tests that re-exec
@@ -31,8 +36,8 @@ const (
 // as lines to out. On REGISTERED it heartbeats ready with the registration as
 // payload and the registration's "resume" (if any) as its resume field; it
 // answers echo (payload unchanged) and the BotOp* ops; on QUIESCE it writes
-// QUIESCED, with the same resume field, and returns 0. It returns the
-// process's exit code.
+// QUIESCED, with the same resume field and as handoff the last ACTIVATE's,
+// and returns 0. It returns the process's exit code.
 func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 	w := bufio.NewWriter(out)
 	emit := func(f *ipc.Frame) {
@@ -40,7 +45,8 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 		w.Flush()
 	}
 	var resume json.RawMessage        // of the last REGISTERED
-	asking := map[string]*ipc.Frame{} // IDENTIFY id → the identify op it answers
+	var handoff json.RawMessage       // of the last ACTIVATE
+	asking := map[string]*ipc.Frame{} // IDENTIFY(_CANCEL) id → the op it answers
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -55,20 +61,25 @@ func Bot(in io.Reader, out io.Writer, getenv func(string) string) int {
 			resume = reg.Resume
 			emit(&ipc.Frame{Op: ipc.OpHeartbeat, Ready: ipc.Bool(true), Resume: resume, Payload: f.Payload})
 		case ipc.OpQuiesce:
-			emit(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume})
+			emit(&ipc.Frame{Op: ipc.OpQuiesced, Resume: resume, Handoff: handoff})
 			return 0
 		case ipc.OpReply:
 			if op, ok := asking[f.ID]; ok {
 				delete(asking, f.ID)
 				emit(&ipc.Frame{Op: ipc.OpReply, ID: op.ID, Payload: f.Payload, Error: f.Error})
 			}
-		case BotOpIdentify:
+		case BotOpIdentify, BotOpIdentifyCancel:
 			var p struct{ Shard int }
 			json.Unmarshal(f.Payload, &p)
 			id := "bot-" + f.ID
 			asking[id] = f
-			emit(&ipc.Frame{Op: ipc.OpIdentify, ID: id, Shard: ipc.Int(p.Shard)})
+			op := ipc.OpIdentify
+			if f.Op == BotOpIdentifyCancel {
+				op = ipc.OpIdentifyCancel
+			}
+			emit(&ipc.Frame{Op: op, ID: id, Shard: ipc.Int(p.Shard)})
 		case ipc.OpActivate:
+			handoff = f.Handoff
 		case "echo":
 			emit(ipc.Reply(f.ID, f.Payload))
 		case BotOpEnv:

@@ -39,6 +39,10 @@ type Options struct {
 	// connections at once. Without it an IDENTIFY gets unknown_target, as
 	// from a manager older than the gate.
 	Identify func(f *ipc.Frame) *ipc.Frame
+	// IdentifyCancel answers each IDENTIFY_CANCEL as Identify does
+	// IDENTIFY (nil: the test answers); without it an IDENTIFY_CANCEL with
+	// an id gets unknown_target, as from a manager older than the op.
+	IdentifyCancel func(f *ipc.Frame) *ipc.Frame
 	// Resume goes in the default REGISTER reply as "resume", on every
 	// registration.
 	Resume []discord.ResumeState
@@ -203,6 +207,10 @@ func (m *Manager) serve(c *Conn) {
 		switch {
 		case f.Op == ipc.OpIdentify && m.opts.Identify != nil:
 			if r := m.opts.Identify(f); r != nil {
+				c.conn.SendFrame(r)
+			}
+		case f.Op == ipc.OpIdentifyCancel && m.opts.IdentifyCancel != nil:
+			if r := m.opts.IdentifyCancel(f); r != nil {
 				c.conn.SendFrame(r)
 			}
 		case f.ID != "" && f.Op != ipc.OpReply && f.Target == "":
