@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sm-supervisor/sm/bench"
+	"github.com/sm-supervisor/sm/internal/bench"
 )
 
 func main() {

@@ -1,0 +1,342 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sm-supervisor/sm/ipc"
+)
+
+// routeOptions shape the route scenario. Zero fields take the defaults of
+// defaultRouteOptions, except ManagerBin and HarnessBin, which are required.
+type routeOptions struct {
+	ManagerBin string // sm-manager binary
+	HarnessBin string // cluster-harness binary
+
+	InFlight     []int         // requests in flight, one case per value and path
+	Rounds       int           // direct/routed pairs per in-flight count
+	PayloadBytes int           // size of the echo payload (a JSON value)
+	Warmup       time.Duration // load before each measured window
+	Duration     time.Duration // each measured window
+	Drain        time.Duration // wait for the last replies before counting them lost
+
+	// Clusters lists the cluster counts of the idle measurement (none: skip it).
+	Clusters []int
+	// IdleSample is how long the idle manager's CPU is sampled.
+	IdleSample time.Duration
+
+	// ManagerCPUProfile, if set, is where the routed path's manager writes a
+	// CPU profile (its hidden -cpuprofile flag), for go tool pprof.
+	ManagerCPUProfile string
+
+	// Peers says whether to also run the peer harness (peers.go), from PeersDir.
+	Peers    peerMode
+	PeersDir string
+
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// defaultRouteOptions are the route scenario's defaults (issue 2's benchmark).
+var defaultRouteOptions = routeOptions{
+	InFlight:     []int{1, 64},
+	Rounds:       1,
+	PayloadBytes: 200,
+	Warmup:       time.Second,
+	Duration:     5 * time.Second,
+	Drain:        10 * time.Second,
+	IdleSample:   5 * time.Second,
+}
+
+func (o routeOptions) withDefaults() routeOptions {
+	d := defaultRouteOptions
+	if len(o.InFlight) == 0 {
+		o.InFlight = d.InFlight
+	}
+	orDefault(&o.Rounds, d.Rounds)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.Drain, d.Drain)
+	orDefault(&o.IdleSample, d.IdleSample)
+	orDefaultIfZero(&o.Progress, io.Discard)
+	return o
+}
+
+// Paths of the route scenario.
+const (
+	pathDirect = "direct" // bench ↔ cluster-harness
+	pathRouted = "routed" // bench ↔ sm-manager ↔ cluster-harness
+)
+
+// routeCase is one measured case: a path at an in-flight count.
+type routeCase struct {
+	Scenario     string  `json:"scenario"`
+	Path         string  `json:"path"`
+	InFlight     int     `json:"in_flight"`
+	Round        int     `json:"round"`
+	PayloadBytes int     `json:"payload_bytes"`
+	WindowS      float64 `json:"window_s"`
+	Requests     uint64  `json:"requests"` // replies inside the window
+	ReqPerS      float64 `json:"req_per_s"`
+	P50US        float64 `json:"p50_us"`
+	P99US        float64 `json:"p99_us"`
+	P999US       float64 `json:"p999_us"`
+	MaxUS        float64 `json:"max_us"`
+	books
+	// CPUUSPerReq is each process's CPU time (utime+stime) over the window per
+	// request, in µs: bench (this process, the client), harness, and for the
+	// routed path manager.
+	CPUUSPerReq   map[string]float64 `json:"cpu_us_per_req"`
+	ManagerRSSKiB int64              `json:"manager_rss_kib,omitempty"`
+	// OthersCPUPercent is what every other process on the machine used during
+	// the window, in percent of one core: the noise on a shared machine.
+	OthersCPUPercent float64 `json:"others_cpu_percent"`
+	// On routed cases: routed/direct throughput at the same in-flight count,
+	// and routed p50 minus direct p50.
+	ThroughputRatio float64 `json:"throughput_ratio,omitempty"`
+	P50DiffUS       float64 `json:"p50_diff_us,omitempty"`
+}
+
+// routeReport is everything the route scenario measured.
+type routeReport struct {
+	Options routeOptions
+	Cases   []routeCase
+	Idle    []idleCase
+	// Peers are the peer harness's cases (peers.go); PeerNote says why
+	// there are none or fewer than asked.
+	Peers    []peerCase
+	PeerNote string
+	peer     *peerRunner
+}
+
+// routeSummary is the routed/direct comparison at one in-flight count: the
+// median over the rounds of each round's ratio and p50 difference.
+type routeSummary struct {
+	Scenario        string  `json:"scenario"`
+	Path            string  `json:"path"` // "summary"
+	InFlight        int     `json:"in_flight"`
+	Rounds          int     `json:"rounds"`
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	P50DiffUS       float64 `json:"p50_diff_us"`
+	// ManagerCPUUSPerReq is the median of the routed rounds' manager CPU per request.
+	ManagerCPUUSPerReq float64 `json:"manager_cpu_us_per_req"`
+}
+
+// Summaries compares the paths at each in-flight count.
+func (r *routeReport) Summaries() []routeSummary {
+	var out []routeSummary
+	for _, n := range r.Options.InFlight {
+		var ratio, diff, cpu []float64
+		for _, c := range r.Cases {
+			if c.InFlight == n && c.Path == pathRouted && c.ThroughputRatio > 0 {
+				ratio = append(ratio, c.ThroughputRatio)
+				diff = append(diff, c.P50DiffUS)
+				cpu = append(cpu, c.CPUUSPerReq["manager"])
+			}
+		}
+		if len(ratio) == 0 {
+			continue
+		}
+		out = append(out, routeSummary{
+			Scenario: "route", Path: "summary", InFlight: n, Rounds: len(ratio),
+			ThroughputRatio: median(ratio), P50DiffUS: median(diff), ManagerCPUUSPerReq: median(cpu),
+		})
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Books returns the measured cases' books added up.
+func (r *routeReport) Books() books {
+	var b books
+	for _, c := range r.Cases {
+		b.Add(c.books)
+	}
+	return b
+}
+
+// Broken describes the invariants the measured cases broke together ("" when
+// none): see books.Broken.
+func (r *routeReport) Broken() string {
+	b := r.Books()
+	return b.Broken()
+}
+
+// routeSetup is what the measured cases run against.
+type routeSetup struct {
+	direct        *directCluster
+	manager       *attachedManager
+	routedHarness int // pid of the manager's cluster process
+}
+
+// runRoute runs the route scenario: the same echo load straight to a
+// cluster-harness and through sm-manager, at each in-flight count, then, if
+// asked, the idle manager with many clusters. It returns an error when a
+// process fails; lost, duplicate and error replies are in the report's books.
+func runRoute(ctx context.Context, o routeOptions) (*routeReport, error) {
+	o = o.withDefaults()
+	if o.ManagerBin == "" || o.HarnessBin == "" {
+		return nil, errors.New("route: need the sm-manager and cluster-harness binaries")
+	}
+	dir, err := os.MkdirTemp("", "sm-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rep := &routeReport{Options: o}
+	if err := preparePeers(ctx, o, rep); err != nil {
+		return nil, err
+	}
+	harnessArgv := simHarness(o.HarnessBin)
+
+	if err := routeCases(ctx, o, dir, harnessArgv, rep); err != nil {
+		return rep, err
+	}
+	for _, n := range o.Clusters {
+		c, err := idleClusters(ctx, o, dir, n, harnessArgv)
+		if err != nil {
+			return rep, fmt.Errorf("idle with %d clusters: %w", n, err)
+		}
+		rep.Idle = append(rep.Idle, c)
+	}
+	return rep, nil
+}
+
+// routeCases sets up both paths and measures every case, alternating direct
+// and routed so that drift on a shared machine hits both alike.
+func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv []string, rep *routeReport) (err error) {
+	logw, err := os.Create(filepath.Join(dir, "route.log"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = withLog(err, logw)
+		logw.Close()
+	}()
+
+	var s routeSetup
+	defer func() { err = errors.Join(err, s.stop()) }()
+	fmt.Fprintf(o.Progress, "route: starting cluster-harness for the direct path\n")
+	if s.direct, err = startDirect(ctx, harnessArgv, dir, logw); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Progress, "route: starting sm-manager with one cluster for the routed path\n")
+	cfg, err := managerConfig(dir, 1, harnessArgv)
+	if err != nil {
+		return err
+	}
+	if s.manager, err = startAttached(ctx, o.ManagerBin, dir, cfg, logw, cpuProfileFlags(o.ManagerCPUProfile)...); err != nil {
+		return err
+	}
+	pongs, err := s.manager.ready(ctx, "0", startTimeout)
+	if err != nil {
+		return err
+	}
+	if s.routedHarness, err = pidOf(pongs[0]); err != nil {
+		return err
+	}
+
+	payload := echoPayload(o.PayloadBytes)
+	req := ipc.Frame{Op: "echo", Target: "0", Payload: payload}
+	for _, n := range o.InFlight {
+		for round := 1; round <= o.Rounds; round++ {
+			var direct routeCase
+			for _, path := range []string{pathDirect, pathRouted} {
+				p, pids := s.direct.pipe, map[string]int{"bench": os.Getpid(), "harness": s.direct.pid()}
+				if path == pathRouted {
+					p, pids = s.manager.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
+				}
+				fmt.Fprintf(o.Progress, "route: %s, %d in flight, round %d/%d: %v after %v warm-up\n", path, n, round, o.Rounds, o.Duration, o.Warmup)
+				c, err := measure(ctx, o, p, req, n, pids)
+				c.Path, c.Round = path, round
+				if path == pathDirect {
+					direct = c
+				} else if direct.ReqPerS > 0 {
+					c.ThroughputRatio = c.ReqPerS / direct.ReqPerS
+					c.P50DiffUS = c.P50US - direct.P50US
+				}
+				rep.Cases = append(rep.Cases, c)
+				if err != nil {
+					return fmt.Errorf("%s, %d in flight: %w", path, n, err)
+				}
+			}
+			if err := rep.runPeerRound(ctx, o, n, round); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measure runs one case on p.
+func measure(ctx context.Context, o routeOptions, p *pipe, req ipc.Frame, window int, pids map[string]int) (routeCase, error) {
+	meter := newCPUMeter(pids)
+	res, err := p.run(ctx, load{
+		request:  req,
+		window:   window,
+		warmup:   o.Warmup,
+		duration: o.Duration,
+		drain:    o.Drain,
+		expect:   req.Payload,
+		onWindow: meter.mark,
+	})
+	if err == nil {
+		err = meter.err
+	}
+	c := routeCase{
+		Scenario:     "route",
+		InFlight:     window,
+		PayloadBytes: len(req.Payload),
+		WindowS:      res.Window.Seconds(),
+		Requests:     res.Completed,
+		ReqPerS:      res.Throughput(),
+		P50US:        micros(res.Latency.Quantile(0.50)),
+		P99US:        micros(res.Latency.Quantile(0.99)),
+		P999US:       micros(res.Latency.Quantile(0.999)),
+		MaxUS:        micros(res.Latency.Max()),
+		books:        res.books,
+		CPUUSPerReq:  meter.perRequest(res.Completed),
+
+		OthersCPUPercent: meter.othersPercent(),
+	}
+	if _, ok := pids["manager"]; ok {
+		c.ManagerRSSKiB = meter.after["manager"].rssKiB
+	}
+	return c, err
+}
+
+func (s *routeSetup) stop() error {
+	var errs []error
+	if s.manager != nil {
+		errs = append(errs, s.manager.shutdown())
+	}
+	if s.direct != nil {
+		errs = append(errs, s.direct.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// echoPayload is a JSON object of n bytes (at least 12, its smallest).
+func echoPayload(n int) []byte {
+	const head, tail = `{"data":"`, `"}`
+	fill := max(n-len(head)-len(tail), 1)
+	return []byte(head + strings.Repeat("x", fill) + tail)
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
