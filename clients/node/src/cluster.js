@@ -370,6 +370,10 @@ export class Cluster extends Peer {
 
   /** Sets what QUIESCED carries as `handoff` for the next generation (undefined: none). */
   setHandoff(handoff) {
+    // The manager ignores a handoff that is not a JSON object.
+    if (handoff !== undefined && (handoff === null || typeof handoff !== 'object' || Array.isArray(handoff))) {
+      throw new TypeError('sm: setHandoff needs an object (or undefined for none)');
+    }
     this.handoff = handoff;
   }
 
