@@ -134,8 +134,10 @@ function merge(base, over) {
   return out;
 }
 
-// Every process group this test file started, killed at exit whatever happens.
+// Every process group this test file started, killed at exit whatever happens,
+// and every directory it made, removed then unless cleanup() was told to keep it.
 const groups = new Set();
+const dirs = new Set();
 process.on('exit', () => {
   for (const pid of groups) {
     try {
@@ -144,6 +146,7 @@ process.on('exit', () => {
       // gone already
     }
   }
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 });
 
 /**
@@ -157,6 +160,7 @@ export async function startManager(opts = {}) {
   const { stateDir = false, env = {}, ...over } = opts;
   const { smManager } = await binaries();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sm-node-test-'));
+  dirs.add(dir);
   const pidFile = path.join(dir, 'cluster-pids');
   const logFile = path.join(dir, 'cluster-events.jsonl');
   const base = {
@@ -379,6 +383,7 @@ class Manager {
         }
       }
     }
+    dirs.delete(this.dir);
     if (!keep) fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
