@@ -37,7 +37,9 @@ func (m *Manager) restore() bool {
 	for _, sp := range st.Procs {
 		process, err := adoptable(sp)
 		if err != nil {
-			m.log.Info("recorded cluster process is gone", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID)
+			// Gone, or not a cluster at all (pid 1, or no group leader):
+			// either way it is never signalled.
+			m.log.Info("recorded cluster process is gone", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "err", err)
 			continue
 		}
 		p := &proc{
