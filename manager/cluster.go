@@ -33,8 +33,8 @@ type slot struct {
 	current     *proc // the process supervised for this cluster, nil between restarts
 	restartAt   time.Time
 	restartTmr  *time.Timer
-	lastExit    string
-	lastExitAt  time.Time
+	lastExit    string // how its last process ended, or why it did not start: for STATUS
+	lastExitPub string // the same for the public feed: no path, argument or environment
 	restartNext time.Duration
 
 	mu      sync.Mutex
@@ -182,7 +182,7 @@ func (m *Manager) respawn(s *slot) {
 	p, err := m.spawn(s, s.gen, reason)
 	if err != nil {
 		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
-		s.lastExit, s.lastExitAt = err.Error(), time.Now()
+		s.lastExit, s.lastExitPub = err.Error(), publicSpawnFailure(err)
 		m.scheduleRestart(s)
 		return
 	}
@@ -462,7 +462,7 @@ func (e evExit) apply(m *Manager) {
 		return
 	}
 	s.current = nil
-	s.lastExit, s.lastExitAt = status, time.Now()
+	s.lastExit, s.lastExitPub = status, status // "exit status 1", "signal: killed": nothing of the command
 	if m.stopping.Load() || m.deployOwns(s) || s.retiredNow() || m.adopting {
 		return // while adopting, the window's end spawns what is missing
 	}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -223,7 +224,9 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 	}
 	p, err := m.spawn(s, gen, discord.ReasonDeploy)
 	if err != nil {
-		return generation.ProcRef{}, err
+		// The deploy's reason goes to the public feed: the detail only here.
+		m.log.Error("spawn failed", "cluster", s.id, "generation", gen, "err", err)
+		return generation.ProcRef{}, errors.New(publicSpawnFailure(err))
 	}
 	return p.ref(), nil
 }

@@ -73,7 +73,7 @@ func (s ExecSpawner) Spawn(spec Spec) (Process, error) {
 	// the group (setsid) can hold them open; it must not hold up Exited.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", spec.Argv[0], err)
+		return nil, &SpawnError{Command: spec.Argv[0], Err: err}
 	}
 	pid := cmd.Process.Pid
 	p := &execProcess{cmd: cmd, g: group{pid: pid}, exited: make(chan struct{})}
@@ -85,6 +85,30 @@ func (s ExecSpawner) Spawn(spec Spec) (Process, error) {
 	}
 	go p.wait()
 	return p, nil
+}
+
+// SpawnError is a command that could not be started. Error names the
+// command, for the manager's log and the socket's STATUS; Public says the
+// same with no path, argument or environment, for the public status feed.
+type SpawnError struct {
+	Command string // argv[0]
+	Err     error  // from os/exec: it names the command's path, or the directory's
+}
+
+// Error is "spawn <command>: <os/exec's error>", paths and all.
+func (e *SpawnError) Error() string { return "spawn " + e.Command + ": " + e.Err.Error() }
+
+// Unwrap is Err, so errors.Is(err, fs.ErrNotExist) and the like work.
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+// Public is "spawn failed", with the system's reason when there is one
+// ("spawn failed: no such file or directory").
+func (e *SpawnError) Public() string {
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		return "spawn failed: " + errno.Error()
+	}
+	return "spawn failed"
 }
 
 type execProcess struct {
