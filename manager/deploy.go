@@ -92,6 +92,9 @@ func (m *Manager) loadDeployConfig() (*config.Config, *ipc.Error) {
 		return nil, ipc.Errorf(ipc.CodeBadConfig, "the manager was not started from a config file")
 	}
 	cfg, err := config.Load(m.cfg.Path)
+	if err == nil {
+		err = CheckConfig(cfg)
+	}
 	if err != nil {
 		return nil, ipc.Errorf(ipc.CodeBadConfig, "%v", err)
 	}

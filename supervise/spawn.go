@@ -225,3 +225,20 @@ func ResolveCommand(argv []string, base string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// CheckExecutable says why path cannot be run as a command, or nil: it must
+// be a regular file this process may execute (its effective ids, as execve
+// judges them).
+func CheckExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, path, unix.X_OK, unix.AT_EACCESS); err != nil {
+		return fmt.Errorf("%s is not executable: %w", path, err)
+	}
+	return nil
+}

@@ -59,6 +59,10 @@ func run() error {
 		cfg.State.Dir = os.Getenv("STATE_DIRECTORY")
 	}
 	if *check {
+		// What a DEPLOY of this file would refuse, -check refuses.
+		if err := manager.CheckConfig(cfg); err != nil {
+			return err
+		}
 		fmt.Println("configuration OK:", cfg.Path)
 		return nil
 	}
