@@ -107,7 +107,6 @@ func (e evRegistered) apply(m *Manager) {
 	case p.wasRouted && p.slot.current == p:
 		// Routing as it was: the process was serving when the manager died.
 		p.state = procReady
-		p.readyAt = time.Now()
 		m.setRoute(p.slot, p)
 		m.log.Info("cluster re-adopted", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
 			"after", time.Since(m.started).Round(time.Millisecond))

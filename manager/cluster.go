@@ -35,7 +35,6 @@ type slot struct {
 	restartTmr  *time.Timer
 	lastExit    string // how its last process ended, or why it did not start: for STATUS
 	lastExitPub string // the same for the public feed: no path, argument or environment
-	restartNext time.Duration
 
 	mu      sync.Mutex
 	waiting []*pending // requests that arrived while the cluster had no routed process
@@ -128,7 +127,6 @@ type proc struct {
 	// framesSeen is frames as of the tick that last saw it move, at seenAt.
 	framesSeen uint64
 	seenAt     time.Time
-	readyAt    time.Time
 	beat       json.RawMessage // last heartbeat payload, passed through unread
 	quiesced   bool
 }
@@ -472,7 +470,6 @@ func (e evExit) apply(m *Manager) {
 // scheduleRestart respawns s after the restart policy's delay.
 func (m *Manager) scheduleRestart(s *slot) {
 	d := m.policy.Next(&s.hist, time.Now(), m.rand())
-	s.restartNext = d.Delay
 	s.restartAt = time.Now().Add(d.Delay)
 	m.touch(s)
 	if d.CrashLoop {

@@ -138,7 +138,6 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	m.specs[gen] = sp
 	m.gen = gen
 	m.dep = d
-	m.depCfg = cfg
 	m.next = nil
 	m.log.Info("deploy started", "deploy", plan.ID, "generation", gen, "from", plan.From.String(), "to", plan.To.String(),
 		"clusters", f.Clusters, "max_parallel", maxPar)

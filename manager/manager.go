@@ -88,7 +88,6 @@ type Manager struct {
 	gen       int64              // the newest generation
 	stopWG    sync.WaitGroup     // goroutines stopping processes
 	dep       *generation.Deploy // the running or last deploy
-	depCfg    *config.Config     // the config the running deploy was made from
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
 
