@@ -45,7 +45,6 @@ type Server struct {
 	cfg     config.API
 	socket  string
 	log     *slog.Logger
-	now     func() time.Time
 	client  *ipc.Client
 	auth    *authenticator
 	state   *stateCache
@@ -96,7 +95,6 @@ func New(opts Options) (*Server, error) {
 		cfg:     cfg.API,
 		socket:  cfg.Socket,
 		log:     log,
-		now:     now,
 		auth:    newAuthenticator(token),
 		rewatch: make(chan struct{}, 1),
 		// Heartbeats flow all the time; a feed silent for a heartbeat

@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/ipc"
 )
 
 // Config is the whole of sm-manager's configuration. Every key is documented,
@@ -141,6 +142,7 @@ type Limits struct {
 	MaxConnections  int      `toml:"max_connections"`
 	MaxSubscribers  int      `toml:"max_subscribers"`
 	FeedBuffer      int      `toml:"feed_buffer"`
+	MaxJSONDepth    int      `toml:"max_json_depth"`
 	WriteTimeout    Duration `toml:"write_timeout"`
 	RegisterTimeout Duration `toml:"register_timeout"`
 	// MaxHandoffBytes bounds the handoff a QUIESCED may leave for the
@@ -294,6 +296,7 @@ func Default() Config {
 			MaxConnections:  1024,
 			MaxSubscribers:  1024,
 			FeedBuffer:      256,
+			MaxJSONDepth:    ipc.MaxDepthLimit,
 			WriteTimeout:    Duration{10 * time.Second},
 			RegisterTimeout: Duration{5 * time.Second},
 			MaxHandoffBytes: 64 << 10,
@@ -492,6 +495,11 @@ func (c *Config) Validate() error {
 		if kv.v < 1 {
 			bad(kv.key, "must be at least 1, got %d", kv.v)
 		}
+	}
+	// Above ipc.MaxDepthLimit encoding/json refuses the frame anyway; a frame
+	// with an object payload needs 2.
+	if d := c.Limits.MaxJSONDepth; d < 2 || d > ipc.MaxDepthLimit {
+		bad("limits.max_json_depth", "must be from 2 to %d, got %d", ipc.MaxDepthLimit, d)
 	}
 	if c.Limits.MaxQueueBytes < c.Limits.MaxFrameBytes {
 		bad("limits.max_queue_bytes", "must be at least limits.max_frame_bytes (%d)", c.Limits.MaxFrameBytes)

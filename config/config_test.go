@@ -214,6 +214,8 @@ func TestValidationNamesKey(t *testing.T) {
 		{"limits.max_subscribers", "[limits]\nmax_subscribers = 0"},
 		{"limits.feed_buffer", "[limits]\nfeed_buffer = 0"},
 		{"limits.max_handoff_bytes", "[limits]\nmax_handoff_bytes = 0"},
+		{"limits.max_json_depth", "[limits]\nmax_json_depth = 1"},
+		{"limits.max_json_depth", "[limits]\nmax_json_depth = 10001"},
 		{"status.allowed_origins", "[status]\nallowed_origins = [\"[bad\"]"},
 		{"api.token_file", "[api]\ntoken_file = \"\"\ntoken_env = \"\""},
 		{"api.max_body_bytes", "[api]\nmax_body_bytes = 0"},

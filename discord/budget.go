@@ -34,11 +34,6 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", int(r))
 }
 
-// DefaultFloor is the suggested Budget.Floor: a tenth of the usual daily 1000,
-// enough for a cold start and a deploy or two of a mid-sized bot. Bots with
-// many shards should set at least twice their shard count.
-const DefaultFloor = 100
-
 // Budget is the session-start governor. It follows Discord's count of
 // remaining session starts (Observe, from /gateway/bot) minus the identifies
 // granted since (Spend), restores the total when the window resets, and says

@@ -21,7 +21,7 @@ var (
 	// ErrQueueFull means the peer stopped reading: the outbound queue reached its
 	// bound, and the connection has been cut off.
 	ErrQueueFull = errors.New("outbound queue full: peer is not reading")
-	// ErrBusy is returned by TrySendFrame when the outbound queue is half full.
+	// ErrBusy is returned by Batch.TrySendFrame when the outbound queue is half full.
 	// Unlike ErrQueueFull it leaves the connection open.
 	ErrBusy = errors.New("outbound queue busy")
 	// ErrClosed is returned by Send on a connection that is closing or closed.
@@ -169,9 +169,6 @@ func (r *Reader) frameBuffered() bool {
 	return bytes.IndexByte(b, '\n') >= 0
 }
 
-// Buffered reports whether bytes of a further frame are already buffered.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
-
 // Options bound a Conn. Zero fields take the defaults of DefaultOptions.
 type Options struct {
 	MaxFrameBytes int           // largest frame accepted or sent
@@ -257,14 +254,8 @@ func NewConn(nc net.Conn, opts Options) *Conn {
 // NetConn returns the underlying connection, for peer credentials and addresses.
 func (c *Conn) NetConn() net.Conn { return c.nc }
 
-// Options returns the bounds of c.
-func (c *Conn) Options() Options { return c.opts }
-
 // ReadFrame returns the next frame's bytes; see Reader.ReadFrame.
 func (c *Conn) ReadFrame() ([]byte, error) { return c.r.ReadFrame() }
-
-// Buffered reports how many read bytes wait in the input buffer.
-func (c *Conn) Buffered() int { return c.r.Buffered() }
 
 // FrameBuffered reports whether a whole frame already waits in the input
 // buffer, so that the next ReadFrame returns without reading the socket.
@@ -292,13 +283,6 @@ func (c *Conn) Send(frame []byte) error {
 
 // SendFrame encodes f straight into the queue; see Send.
 func (c *Conn) SendFrame(f *Frame) error { return c.sendFrame(f, false, nil) }
-
-// TrySendFrame is SendFrame for frames that may be refused instead, such as
-// requests forwarded on other peers' behalf: once the queue is half full (in
-// frames or bytes) it returns ErrBusy and leaves the connection alone. The other
-// half is kept for what the peer is owed, replies and notifications, so a burst
-// of someone else's requests cannot get a briefly slow peer cut off.
-func (c *Conn) TrySendFrame(f *Frame) error { return c.sendFrame(f, true, nil) }
 
 // sendFrame queues f and has it written: by the writer goroutine, or, with a
 // batch, when the batch is flushed.
@@ -465,7 +449,12 @@ type Batch struct{ conns []*Conn }
 // SendFrame is c.SendFrame, with the write held back until Flush.
 func (b *Batch) SendFrame(c *Conn, f *Frame) error { return c.sendFrame(f, false, b) }
 
-// TrySendFrame is c.TrySendFrame, with the write held back until Flush.
+// TrySendFrame is SendFrame for frames that may be refused instead, such as
+// requests forwarded on other peers' behalf, with the write held back until
+// Flush: once c's queue is half full (in frames or bytes) it returns ErrBusy
+// and leaves the connection alone. The other half is kept for what the peer
+// is owed, replies and notifications, so a burst of someone else's requests
+// cannot get a briefly slow peer cut off.
 func (b *Batch) TrySendFrame(c *Conn, f *Frame) error { return c.sendFrame(f, true, b) }
 
 // Flush writes everything b holds back.
@@ -559,11 +548,4 @@ func (c *Conn) Cause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cause
-}
-
-// Queued returns the number of frames waiting to be written.
-func (c *Conn) Queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.queued
 }

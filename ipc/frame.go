@@ -147,9 +147,10 @@ func CodeOf(err error) string {
 }
 
 // Decode parses one frame. It rejects frames that are not a JSON object or have
-// no op; unknown fields are ignored, as the protocol requires. When the frame is
-// a JSON object but still refused (no op, or a field of the wrong type) the error
-// comes with the fields that did decode, so the caller can reply to its id.
+// no op, and frames nested deeper than MaxDepthLimit; unknown fields are
+// ignored, as the protocol requires. When the frame is a JSON object but still
+// refused (no op, a field of the wrong type, too deep) the error comes with
+// the fields that did decode, so the caller can reply to its id.
 func Decode(b []byte) (*Frame, error) { return (*Decoder)(nil).Decode(b) }
 
 // A Decoder decodes the frames of one connection, as Decode does. It keeps the
@@ -158,6 +159,12 @@ func Decode(b []byte) (*Frame, error) { return (*Decoder)(nil).Decode(b) }
 // cluster), sparing an allocation each. Not safe for concurrent use; the zero
 // value is ready, and a nil *Decoder keeps nothing.
 type Decoder struct {
+	// MaxDepth is how deep a frame may nest (its own object is level 1): a
+	// deeper one is refused with bad_frame, and the error comes with its id
+	// and op, read from its top level. Zero, or more than MaxDepthLimit, is
+	// MaxDepthLimit.
+	MaxDepth int
+
 	op, target string
 	reply      Frame // DecodeReply's, reused
 }
@@ -178,7 +185,7 @@ func (d *Decoder) DecodeReply(b []byte) (*Frame, bool) {
 		return nil, false
 	}
 	d.reply = Frame{}
-	if !decodeFastInto(&d.reply, b, d, true) {
+	if !decodeFastInto(&d.reply, b, d, true) || d.fastTooDeep(b) {
 		return nil, false
 	}
 	return &d.reply, true
@@ -187,7 +194,10 @@ func (d *Decoder) DecodeReply(b []byte) (*Frame, bool) {
 // Decode parses one frame; see the package function Decode.
 func (d *Decoder) Decode(b []byte) (*Frame, error) {
 	f, ok := decodeFast(b, d)
-	if !ok {
+	if !ok || d.fastTooDeep(b) {
+		if max := d.maxDepth(); tooDeep(b, max) {
+			return shallowFields(b), Errorf(CodeBadFrame, "frame nested deeper than %d levels", max)
+		}
 		var err error
 		if f, err = decodeJSON(b); err != nil {
 			return f, err
@@ -197,6 +207,14 @@ func (d *Decoder) Decode(b []byte) (*Frame, error) {
 		return f, Errorf(CodeBadFrame, "frame has no op")
 	}
 	return f, nil
+}
+
+// fastTooDeep reports whether a frame the fast path took nests deeper than
+// d's limit, which it can only if the limit is below what the fast path
+// follows.
+func (d *Decoder) fastTooDeep(b []byte) bool {
+	max := d.maxDepth()
+	return max < fastDepth && tooDeep(b, max)
 }
 
 // decodeJSON is Decode's general path, encoding/json, for every frame

@@ -37,7 +37,9 @@ func (m *Manager) restore() bool {
 	for _, sp := range st.Procs {
 		process, err := adoptable(sp)
 		if err != nil {
-			m.log.Info("recorded cluster process is gone", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID)
+			// Gone, or not a cluster at all (pid 1, or no group leader):
+			// either way it is never signalled.
+			m.log.Info("recorded cluster process is gone", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "err", err)
 			continue
 		}
 		p := &proc{
@@ -105,7 +107,6 @@ func (e evRegistered) apply(m *Manager) {
 	case p.wasRouted && p.slot.current == p:
 		// Routing as it was: the process was serving when the manager died.
 		p.state = procReady
-		p.readyAt = time.Now()
 		m.setRoute(p.slot, p)
 		m.log.Info("cluster re-adopted", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
 			"after", time.Since(m.started).Round(time.Millisecond))

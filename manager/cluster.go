@@ -33,9 +33,8 @@ type slot struct {
 	current     *proc // the process supervised for this cluster, nil between restarts
 	restartAt   time.Time
 	restartTmr  *time.Timer
-	lastExit    string
-	lastExitAt  time.Time
-	restartNext time.Duration
+	lastExit    string // how its last process ended, or why it did not start: for STATUS
+	lastExitPub string // the same for the public feed: no path, argument or environment
 
 	mu      sync.Mutex
 	waiting []*pending // requests that arrived while the cluster had no routed process
@@ -128,7 +127,6 @@ type proc struct {
 	// framesSeen is frames as of the tick that last saw it move, at seenAt.
 	framesSeen uint64
 	seenAt     time.Time
-	readyAt    time.Time
 	beat       json.RawMessage // last heartbeat payload, passed through unread
 	quiesced   bool
 }
@@ -182,7 +180,7 @@ func (m *Manager) respawn(s *slot) {
 	p, err := m.spawn(s, s.gen, reason)
 	if err != nil {
 		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
-		s.lastExit, s.lastExitAt = err.Error(), time.Now()
+		s.lastExit, s.lastExitPub = err.Error(), publicSpawnFailure(err)
 		m.scheduleRestart(s)
 		return
 	}
@@ -462,7 +460,7 @@ func (e evExit) apply(m *Manager) {
 		return
 	}
 	s.current = nil
-	s.lastExit, s.lastExitAt = status, time.Now()
+	s.lastExit, s.lastExitPub = status, status // "exit status 1", "signal: killed": nothing of the command
 	if m.stopping.Load() || m.deployOwns(s) || s.retiredNow() || m.adopting {
 		return // while adopting, the window's end spawns what is missing
 	}
@@ -472,7 +470,6 @@ func (e evExit) apply(m *Manager) {
 // scheduleRestart respawns s after the restart policy's delay.
 func (m *Manager) scheduleRestart(s *slot) {
 	d := m.policy.Next(&s.hist, time.Now(), m.rand())
-	s.restartNext = d.Delay
 	s.restartAt = time.Now().Add(d.Delay)
 	m.touch(s)
 	if d.CrashLoop {

@@ -91,7 +91,7 @@ func (m *Manager) serve(c *conn) {
 	if !m.register(c) {
 		return
 	}
-	var dec ipc.Decoder
+	dec := ipc.Decoder{MaxDepth: m.cfg.Limits.MaxJSONDepth}
 	for {
 		if !c.c.FrameBuffered() {
 			c.out.Flush() // before the read waits for the socket
@@ -162,7 +162,7 @@ func (m *Manager) register(c *conn) bool {
 		}
 		return false
 	}
-	f, err := ipc.Decode(line)
+	f, err := (&ipc.Decoder{MaxDepth: m.cfg.Limits.MaxJSONDepth}).Decode(line)
 	if err != nil {
 		id := ""
 		if f != nil {

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -91,6 +92,9 @@ func (m *Manager) loadDeployConfig() (*config.Config, *ipc.Error) {
 		return nil, ipc.Errorf(ipc.CodeBadConfig, "the manager was not started from a config file")
 	}
 	cfg, err := config.Load(m.cfg.Path)
+	if err == nil {
+		err = CheckConfig(cfg)
+	}
 	if err != nil {
 		return nil, ipc.Errorf(ipc.CodeBadConfig, "%v", err)
 	}
@@ -134,7 +138,6 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	m.specs[gen] = sp
 	m.gen = gen
 	m.dep = d
-	m.depCfg = cfg
 	m.next = nil
 	m.log.Info("deploy started", "deploy", plan.ID, "generation", gen, "from", plan.From.String(), "to", plan.To.String(),
 		"clusters", f.Clusters, "max_parallel", maxPar)
@@ -223,7 +226,9 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 	}
 	p, err := m.spawn(s, gen, discord.ReasonDeploy)
 	if err != nil {
-		return generation.ProcRef{}, err
+		// The deploy's reason goes to the public feed: the detail only here.
+		m.log.Error("spawn failed", "cluster", s.id, "generation", gen, "err", err)
+		return generation.ProcRef{}, errors.New(publicSpawnFailure(err))
 	}
 	return p.ref(), nil
 }

@@ -177,7 +177,7 @@ func (m *Manager) Subscribe(buf int) (*Subscription, error) {
 func (m *Manager) Subscribers() int { return m.feed.count() }
 
 func (m *Manager) snapshotEvent(typ string) []byte {
-	return m.encodeStatus(m.snapshot(time.Now()), func(st Status) []byte {
+	return m.encodeStatus(m.snapshot(time.Now()).public(), func(st Status) []byte {
 		b, _ := json.Marshal(struct {
 			Type   string `json:"type"`
 			Status Status `json:"status"`
@@ -206,7 +206,7 @@ func (m *Manager) flushFeed() {
 			if s.id >= len(table.slots) || table.slots[s.id] != s {
 				continue // a slot of a topology not (or no longer) in force
 			}
-			cs := m.clusterStatus(table, s, now)
+			cs := m.clusterStatus(table, s, now).public()
 			cs.Heartbeat = nil
 			b, _ := json.Marshal(struct {
 				Type    string        `json:"type"`

@@ -115,7 +115,6 @@ func (m *Manager) drainBeat(p *proc) {
 	m.publishHeartbeat(p, t.ready, t.payload, at)
 	if t.sawReady && p.state == procRegistered {
 		p.state = procReady
-		p.readyAt = at
 		m.touch(p.slot)
 		m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after", at.Sub(p.spawned).Round(time.Millisecond))
 		m.becameReady(p)

@@ -88,7 +88,6 @@ type Manager struct {
 	gen       int64              // the newest generation
 	stopWG    sync.WaitGroup     // goroutines stopping processes
 	dep       *generation.Deploy // the running or last deploy
-	depCfg    *config.Config     // the config the running deploy was made from
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
 
@@ -181,6 +180,23 @@ type spec struct {
 	argv []string
 	env  []string
 	dir  string
+}
+
+// CheckConfig applies to cfg the rule a DEPLOY applies to the file it reads
+// (refused with bad_config), for sm-manager -check: the cluster command must
+// resolve (see supervise.ResolveCommand) to a file this process may execute.
+// A manager starts on a config that breaks it, as before: its spawns fail,
+// and say so in STATUS, so that a command on a mount not there yet is no
+// reason to leave re-adopted clusters unsupervised.
+func CheckConfig(cfg *config.Config) error {
+	sp, err := specOf(cfg)
+	if err != nil {
+		return err
+	}
+	if err := supervise.CheckExecutable(sp.argv[0]); err != nil {
+		return fmt.Errorf("cluster.command: %w", err)
+	}
+	return nil
 }
 
 // specOf resolves the cluster command of cfg.

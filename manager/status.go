@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/sm-supervisor/sm/generation"
@@ -72,6 +73,36 @@ type ClusterStatus struct {
 	Waiting     int             `json:"waiting"`   // requests queued for the cluster
 	Deploying   bool            `json:"deploying"` // a deploy is moving this cluster
 	Heartbeat   json.RawMessage `json:"heartbeat,omitempty"`
+
+	publicExit string // LastExit for the public feed (see public)
+}
+
+// public is cs as the state feed shows it: LastExit without the path,
+// argument or environment a failed spawn's reason names.
+func (cs ClusterStatus) public() ClusterStatus {
+	cs.LastExit = cs.publicExit
+	return cs
+}
+
+// public is st as the state feed shows it (see ClusterStatus.public).
+func (st Status) public() Status {
+	cs := make([]ClusterStatus, len(st.Clusters))
+	for i, c := range st.Clusters {
+		cs[i] = c.public()
+	}
+	st.Clusters = cs
+	return st
+}
+
+// publicSpawnFailure is why a spawn failed, as the public may see it: the
+// supervise.SpawnError's Public form; any other error (a Spawner's own, or no
+// command known for the generation) is just "spawn failed".
+func publicSpawnFailure(err error) string {
+	var pub interface{ Public() string }
+	if errors.As(err, &pub) {
+		return pub.Public()
+	}
+	return "spawn failed"
 }
 
 type evStatus struct{ res chan Status }
@@ -118,7 +149,7 @@ func (m *Manager) snapshot(now time.Time) Status {
 func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) ClusterStatus {
 	cs := ClusterStatus{
 		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
-		Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit,
+		Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit, publicExit: s.lastExitPub,
 		Deploying: m.deployOwns(s),
 	}
 	s.mu.Lock()

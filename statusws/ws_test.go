@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -582,5 +583,43 @@ func TestPageServed(t *testing.T) {
 		t.Errorf("POST /: %v %v, want 405", err, resp)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// A spawn that fails shows the public a reason with no path, argument or
+// environment in it (the command's path is the operator's business), while
+// the socket's STATUS keeps the detail.
+func TestSpawnFailureReasonIsPublic(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Topology.TotalShards, cfg.Topology.ShardsPerCluster = 2, 2
+	release := filepath.Join(t.TempDir(), "release-7f3a")
+	cfg.Cluster.Command = []string{filepath.Join(release, "bin", "bot"), "--secret-arg"}
+	cfg.Cluster.Env = map[string]string{"BOT_SECRET": "hunter2"}
+	e := start(t, cfg)
+	c := e.dial(nil)
+	const want = "spawn failed: no such file or directory"
+	var recorded [][]byte
+	for got := ""; got == ""; {
+		ev := read(t, c, 5*time.Second)
+		recorded = append(recorded, ev.raw)
+		switch ev.Type {
+		case manager.EventSnapshot:
+			got = ev.Status.Clusters[0].LastExit
+		case manager.EventCluster:
+			got = ev.clusterStatus(t).LastExit
+		}
+		if got != "" && got != want {
+			t.Errorf("public last_exit = %q, want %q", got, want)
+		}
+	}
+	for _, msg := range recorded {
+		for _, s := range []string{release, "release-7f3a", "bin/bot", "--secret-arg", "BOT_SECRET", "hunter2"} {
+			if bytes.Contains(msg, []byte(s)) {
+				t.Errorf("a feed message holds %q: %s", s, msg)
+			}
+		}
+	}
+	if got := e.MustStatus().Clusters[0].LastExit; !strings.Contains(got, filepath.Join(release, "bin", "bot")) || !strings.Contains(got, "no such file or directory") {
+		t.Errorf("STATUS last_exit = %q, want the path and the cause", got)
 	}
 }

@@ -43,8 +43,12 @@ func StartTime(pid int) (uint64, error) {
 // Adopt watches a running process this process did not start (a cluster that
 // survived a manager restart) through a pidfd, so its exit is known from the
 // kernel and signals can never reach a recycled pid. start must be the
-// StartTime recorded when it was spawned.
+// StartTime recorded when it was spawned. A pid that is 1 or does not lead
+// its own process group is no cluster: ErrNotLeader.
 func Adopt(pid int, start uint64) (Process, error) {
+	if pid <= 1 {
+		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrNotLeader)
+	}
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrGone)
@@ -52,21 +56,26 @@ func Adopt(pid int, start uint64) (Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pidfd of %d: %w", pid, err)
 	}
-	// Checked after opening the pidfd: if the start time still matches now,
-	// the pidfd refers to the recorded process.
+	leads := leadsGroup(pid)
+	// Checked after opening the pidfd and asking for the group: if the start
+	// time still matches now, the pidfd and the getpgid both spoke of the
+	// recorded process.
 	if got, err := StartTime(pid); err != nil || got != start {
 		unix.Close(fd)
 		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrGone)
 	}
+	if !leads {
+		unix.Close(fd)
+		return nil, fmt.Errorf("adopt pid %d: %w", pid, ErrNotLeader)
+	}
 	f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
-	p := &adopted{pid: pid, f: f, exited: make(chan struct{})}
+	p := &adopted{g: group{pid: pid, f: f}, exited: make(chan struct{})}
 	go p.wait()
 	return p, nil
 }
 
 type adopted struct {
-	pid    int
-	f      *os.File
+	g      group // its pidfd, closed when the watch ends
 	exited chan struct{}
 	mu     sync.Mutex
 	status string
@@ -75,17 +84,17 @@ type adopted struct {
 // wait returns when the process exits (waitReadable on its pidfd).
 func (p *adopted) wait() {
 	defer close(p.exited)
-	err := waitReadable(p.f)
+	err := waitReadable(p.g.f)
 	switch {
 	case err == nil:
 		// Not our child: the exit code belongs to its new parent. What the
 		// leader left in its group dies with it, as with spawned ones.
 		p.setStatus("exited (adopted; status unknown)")
-		syscall.Kill(-p.pid, syscall.SIGKILL)
+		p.g.killLeftovers()
 	default:
 		p.setStatus("watch closed: " + err.Error())
 	}
-	p.f.Close()
+	p.g.f.Close()
 }
 
 // waitReadable blocks in the runtime's poller, holding no thread, until the
@@ -109,7 +118,7 @@ func (p *adopted) setStatus(s string) {
 	p.mu.Unlock()
 }
 
-func (p *adopted) PID() int                { return p.pid }
+func (p *adopted) PID() int                { return p.g.pid }
 func (p *adopted) Exited() <-chan struct{} { return p.exited }
 
 func (p *adopted) ExitStatus() string {
@@ -118,39 +127,16 @@ func (p *adopted) ExitStatus() string {
 	return p.status
 }
 
-// Signal signals the process group through the pidfd's process: the group id
-// is the pid (clusters lead their group), and the pidfd is checked first so a
-// recycled pid is never signalled.
+// Signal signals the process and the group it leads, both through the pidfd
+// (see group.signalGroup), so a recycled pid is never signalled.
 func (p *adopted) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.exited:
 		return nil
 	default:
 	}
-	raw, err := p.f.SyscallConn()
-	if err != nil {
-		return nil // closed: exited
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
-	}); err != nil {
-		// The pidfd is closed: the process exited or was released. Its pid
-		// may be another's now, so the group is not signalled either.
-		return nil
-	}
-	if serr != nil {
-		if errors.Is(serr, syscall.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("signal %v to %d: %w", sig, p.pid, serr)
-	}
-	// The rest of its group (an exec'd bot under cluster-harness).
-	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to group %d: %w", sig, p.pid, err)
-	}
-	return nil
+	return p.g.signal(sig)
 }
 
 // Release stops watching (the manager is exiting and leaves the process running).
-func (p *adopted) Release() { p.f.Close() }
+func (p *adopted) Release() { p.g.f.Close() }

@@ -29,7 +29,8 @@ type Spec struct {
 type Process interface {
 	// PID is the process id, which is also its process group id.
 	PID() int
-	// Signal sends sig to the whole process group.
+	// Signal sends sig to the process and the process group it leads; never
+	// to a group it does not lead, and never to pid 1's.
 	Signal(sig syscall.Signal) error
 	// Exited is closed once the kernel has reported the process's exit.
 	Exited() <-chan struct{}
@@ -72,16 +73,47 @@ func (s ExecSpawner) Spawn(spec Spec) (Process, error) {
 	// the group (setsid) can hold them open; it must not hold up Exited.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", spec.Argv[0], err)
+		return nil, &SpawnError{Command: spec.Argv[0], Err: err}
 	}
-	p := &execProcess{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
+	pid := cmd.Process.Pid
+	p := &execProcess{cmd: cmd, g: group{pid: pid}, exited: make(chan struct{})}
+	// Race-free: only this process can reap its child, so the pid cannot
+	// name another process before Wait. Where pidfds are missing (Linux
+	// before 5.3) f stays nil and the child is named by number.
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		p.g.f = os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
+	}
 	go p.wait()
 	return p, nil
 }
 
+// SpawnError is a command that could not be started. Error names the
+// command, for the manager's log and the socket's STATUS; Public says the
+// same with no path, argument or environment, for the public status feed.
+type SpawnError struct {
+	Command string // argv[0]
+	Err     error  // from os/exec: it names the command's path, or the directory's
+}
+
+// Error is "spawn <command>: <os/exec's error>", paths and all.
+func (e *SpawnError) Error() string { return "spawn " + e.Command + ": " + e.Err.Error() }
+
+// Unwrap is Err, so errors.Is(err, fs.ErrNotExist) and the like work.
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+// Public is "spawn failed", with the system's reason when there is one
+// ("spawn failed: no such file or directory").
+func (e *SpawnError) Public() string {
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		return "spawn failed: " + errno.Error()
+	}
+	return "spawn failed"
+}
+
 type execProcess struct {
 	cmd    *exec.Cmd
-	pid    int
+	g      group // its pidfd, closed once it is reaped
 	exited chan struct{}
 	status string
 }
@@ -91,8 +123,8 @@ func (p *execProcess) wait() {
 	// The group is killed when the leader exits but before it is reaped (and
 	// before Wait, which waits for output pipes the group may hold): while it
 	// is a zombie its pid, the group's id, cannot be reused.
-	awaitExit(p.pid)
-	syscall.Kill(-p.pid, syscall.SIGKILL)
+	awaitExit(p.g)
+	p.g.killLeftovers()
 	err := p.cmd.Wait()
 	if p.cmd.ProcessState != nil {
 		// Not err, which is exec.ErrWaitDelay for a clean exit whose output
@@ -101,48 +133,42 @@ func (p *execProcess) wait() {
 	} else {
 		p.status = err.Error()
 	}
+	if p.g.f != nil {
+		p.g.f.Close()
+	}
 	close(p.exited)
 }
 
-// awaitExit returns once child pid has exited, without reaping it. It waits
-// on a pidfd in the runtime's poller, so a fleet of children holds no thread
+// awaitExit returns once child g has exited, without reaping it. It waits on
+// its pidfd in the runtime's poller, so a fleet of children holds no thread
 // each; where pidfds are missing (Linux before 5.3) it blocks a thread in
 // waitid(WNOWAIT) instead.
-func awaitExit(pid int) {
-	// Race-free: only this process can reap its child, so the pid cannot
-	// name another process before Wait.
-	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
-		f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
-		err := waitReadable(f)
-		f.Close()
-		if err == nil {
-			return
-		}
+func awaitExit(g group) {
+	if g.f != nil && waitReadable(g.f) == nil {
+		return
 	}
 	for {
 		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		err := unix.Waitid(unix.P_PID, g.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
 		if err != syscall.EINTR {
 			return
 		}
 	}
 }
 
-func (p *execProcess) PID() int                        { return p.pid }
-func (p *execProcess) Exited() <-chan struct{}         { return p.exited }
-func (p *execProcess) ExitStatus() string              { return p.status }
-func (p *execProcess) Signal(sig syscall.Signal) error { return signalGroup(p.pid, sig, p.exited) }
+func (p *execProcess) PID() int                { return p.g.pid }
+func (p *execProcess) Exited() <-chan struct{} { return p.exited }
+func (p *execProcess) ExitStatus() string      { return p.status }
 
-func signalGroup(pid int, sig syscall.Signal, exited <-chan struct{}) error {
+// Signal signals the process and the group it leads (see group.signal): a
+// child that has left its group gets sig alone.
+func (p *execProcess) Signal(sig syscall.Signal) error {
 	select {
-	case <-exited:
+	case <-p.exited:
 		return nil
 	default:
 	}
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to group %d: %w", sig, pid, err)
-	}
-	return nil
+	return p.g.signal(sig)
 }
 
 // Stop ends p: SIGTERM to its group, then SIGKILL after grace, and returns once
@@ -198,4 +224,21 @@ func ResolveCommand(argv []string, base string) ([]string, error) {
 		out[0] = path
 	}
 	return out, nil
+}
+
+// CheckExecutable says why path cannot be run as a command, or nil: it must
+// be a regular file this process may execute (its effective ids, as execve
+// judges them).
+func CheckExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, path, unix.X_OK, unix.AT_EACCESS); err != nil {
+		return fmt.Errorf("%s is not executable: %w", path, err)
+	}
+	return nil
 }

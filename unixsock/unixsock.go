@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -39,7 +38,6 @@ type Listener struct {
 	*net.UnixListener
 	path     string
 	dev, ino uint64
-	keep     atomic.Bool // SetUnlinkOnClose(false)
 	unlink   sync.Once
 }
 
@@ -145,10 +143,6 @@ func (l *Listener) Addr() net.Addr {
 	return &net.UnixAddr{Name: l.path, Net: "unix"}
 }
 
-// SetUnlinkOnClose sets whether Close removes the socket's path; it does
-// unless told otherwise.
-func (l *Listener) SetUnlinkOnClose(unlink bool) { l.keep.Store(!unlink) }
-
 // Close removes the socket's path if it still names this socket, never a
 // successor's, then stops listening. Only the first Close removes anything.
 func (l *Listener) Close() error {
@@ -156,7 +150,7 @@ func (l *Listener) Close() error {
 	// so no Listen removes it as stale or links another in its place, and
 	// its inode cannot be reused.
 	l.unlink.Do(func() {
-		if !l.keep.Load() && l.owns() {
+		if l.owns() {
 			os.Remove(l.path)
 		}
 	})

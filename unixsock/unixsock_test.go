@@ -277,20 +277,6 @@ func TestListenClosedUnlinks(t *testing.T) {
 	}
 }
 
-func TestListenSetUnlinkOnClose(t *testing.T) {
-	path := sockPath(t)
-	ln, err := unixsock.Listen(path, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	ln.Close()
-	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
-		t.Errorf("socket file after Close with SetUnlinkOnClose(false): %v, %v; want it kept", fi, err)
-	}
-	onlyEntries(t, filepath.Dir(path), filepath.Base(path))
-}
-
 // TestListenCloseSparesSuccessor: a socket that took over the path (ours was
 // removed behind our back) is not ours to remove on Close.
 func TestListenCloseSparesSuccessor(t *testing.T) {

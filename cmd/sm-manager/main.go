@@ -59,6 +59,10 @@ func run() error {
 		cfg.State.Dir = os.Getenv("STATE_DIRECTORY")
 	}
 	if *check {
+		// What a DEPLOY of this file would refuse, -check refuses.
+		if err := manager.CheckConfig(cfg); err != nil {
+			return err
+		}
 		fmt.Println("configuration OK:", cfg.Path)
 		return nil
 	}
@@ -79,12 +83,11 @@ func run() error {
 	// systemd: sd_notify, watchdog, socket activation; no-ops without it.
 	// Read (and unset) its variables before any cluster is spawned.
 	notify := systemd.FromEnvironment(log)
-	ipcFD, statusFD, err := systemd.Activated(cfg, log)
-	if err != nil {
-		return err
-	}
-	// The public status page and feed: [status] listen, or systemd's socket.
-	statusLn, err := systemd.ListenStatus(cfg, statusFD)
+	// The IPC socket and the public status page's listener ([status]
+	// listen): systemd's sockets, or made here. No os.Remove at exit: a
+	// socket made here is unlinked when Run closes it, and one systemd
+	// passed is systemd's.
+	ln, statusLn, err := systemd.Listeners(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -92,22 +95,12 @@ func run() error {
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "" {
 		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			ln.Close()
 			if statusLn != nil {
 				statusLn.Close()
 			}
 			return fmt.Errorf("admin.listen: %w", err)
 		}
-	}
-	// No os.Remove at exit: a socket made here is unlinked when Run closes
-	// it, and one systemd passed is systemd's.
-	ln, err := systemd.ListenIPC(cfg, ipcFD)
-	if err != nil {
-		for _, l := range []net.Listener{statusLn, adminLn} {
-			if l != nil {
-				l.Close()
-			}
-		}
-		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

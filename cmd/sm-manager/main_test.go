@@ -175,3 +175,37 @@ func TestAutoTopologyTokenRefused(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// -check refuses a cluster command that cannot run, by the rule a DEPLOY
+// refuses it with (bad_config), and accepts one that can.
+func TestCheckRefusesCommandThatCannotRun(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(command string) (string, error) {
+		doc := fmt.Sprintf("socket = %q\n[topology]\ntotal_shards = 2\nshards_per_cluster = 2\n[cluster]\ncommand = [%q]\n",
+			filepath.Join(dir, "sm.sock"), command)
+		path := filepath.Join(dir, "sm.toml")
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(testenv.Bin("sm-manager"), "-config", path, "-check").CombinedOutput()
+		return string(out), err
+	}
+	for name, command := range map[string]string{
+		"missing":        filepath.Join(dir, "missing", "bot"),
+		"not executable": plain,
+		"a directory":    dir,
+		"not on PATH":    "sm-no-such-command-7f3a",
+	} {
+		out, err := check(command)
+		if err == nil || !strings.Contains(out, "cluster.command") {
+			t.Errorf("%s command: -check = %v:\n%s", name, err, out)
+		}
+	}
+	if out, err := check(testenv.Bin("cluster-harness")); err != nil || !strings.Contains(out, "configuration OK") {
+		t.Errorf("a runnable command: -check = %v:\n%s", err, out)
+	}
+}

@@ -120,13 +120,10 @@ func Start(t testing.TB, opts Options) *Manager {
 	return m
 }
 
-// Accepting returns a Register func that accepts every REGISTER with the
+// AcceptingWith returns a Register func that accepts every REGISTER with the
 // payload a real manager sends (shard fields left out: the fake knows no
-// topology), naming hbMS as the heartbeat interval unless it is 0.
-func Accepting(hbMS int) func(reg *ipc.Frame) *ipc.Frame { return AcceptingWith(hbMS, nil) }
-
-// AcceptingWith is Accepting with extra fields in the reply payload, such as
-// "identify" and "resume".
+// topology), naming hbMS as the heartbeat interval unless it is 0, and with
+// extra fields in the reply payload, such as "identify" and "resume".
 func AcceptingWith(hbMS int, extra map[string]any) func(reg *ipc.Frame) *ipc.Frame {
 	return func(reg *ipc.Frame) *ipc.Frame {
 		p := map[string]any{"active": false}
@@ -345,6 +342,3 @@ func (c *Conn) Drop() {
 	c.conn.Abort(nil)
 	<-c.done
 }
-
-// Done is closed once the connection has ended, from either side.
-func (c *Conn) Done() <-chan struct{} { return c.done }

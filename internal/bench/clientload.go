@@ -39,9 +39,7 @@ type clientLoad struct {
 	mu      sync.Mutex
 	books   books
 	lat     histogram
-	notSent uint64    // attempts refused locally: the client had no connection
-	lastErr time.Time // when the last error reply came
-	lastOK  time.Time
+	notSent uint64 // attempts refused locally: the client had no connection
 	// mark and resumed: the first OK reply that came after mark (see resumedAfter).
 	mark, resumed time.Time
 	// failures are the error replies, in order, for the scenarios that
@@ -159,7 +157,6 @@ const maxFailures = 100_000
 func (l *clientLoad) fail(f loadFailure) {
 	l.books.Sent++
 	l.books.addError(f.code)
-	l.lastErr = f.at
 	if len(l.failures) < maxFailures {
 		l.failures = append(l.failures, f)
 	} else {
@@ -180,7 +177,6 @@ func (l *clientLoad) account(sent time.Time, target string, reply *ipc.Frame, er
 		l.books.Sent++
 		l.books.OK++
 		l.lat.Record(now.Sub(sent))
-		l.lastOK = now
 		if !l.mark.IsZero() && l.resumed.IsZero() && sent.After(l.mark) {
 			l.resumed = now
 		}

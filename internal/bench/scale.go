@@ -101,8 +101,6 @@ type scaleReport struct {
 	Restarts   int     `json:"restarts"`
 	StopS      float64 `json:"stop_s"` // SIGTERM to the manager's exit
 	LeftBehind int     `json:"left_behind"`
-
-	options scaleOptions
 }
 
 func (o scaleOptions) withDefaults() scaleOptions {
@@ -145,7 +143,7 @@ func (r *scaleReport) Broken() string {
 // runScale runs the scenario. The report holds what was measured even with an error.
 func runScale(ctx context.Context, o scaleOptions) (rep *scaleReport, err error) {
 	o = o.withDefaults()
-	rep = &scaleReport{Scenario: "scale", Clusters: o.Clusters, Shards: o.Clusters * o.ShardsPerCluster, options: o}
+	rep = &scaleReport{Scenario: "scale", Clusters: o.Clusters, Shards: o.Clusters * o.ShardsPerCluster}
 	sc, err := newScratch("sm-bench-", "scale.log", "")
 	if err != nil {
 		return rep, err

@@ -27,14 +27,13 @@ type feedWatcher struct {
 	mu       sync.Mutex
 	err      error // why the reader stopped, if not closed by us
 	closing  bool
-	clusters map[int]*watchedCluster
-	changes  []routeChange // every change of a cluster's routed flag or pid, in arrival order
+	clusters map[int]rollCluster // what the feed last said of each
+	changes  []routeChange       // every change of a cluster's routed flag or pid, in arrival order
 	deploys  map[string]generation.Status
 	// readyBeat is the first ready:true heartbeat of each cluster's each
 	// generation, by {cluster, generation}.
 	readyBeat map[[2]int64]readyBeat
 	drops     int
-	events    int
 	notify    chan struct{} // signalled (non-blocking) on every deploy event
 	watches   int
 }
@@ -45,11 +44,6 @@ type feedWatcher struct {
 type readyBeat struct {
 	At     time.Time
 	Uptime time.Duration
-}
-
-type watchedCluster struct {
-	rollCluster
-	since time.Time // arrival of the event that set routed to its current value
 }
 
 // routeChange is one change of a cluster's routed process seen on the feed:
@@ -71,7 +65,7 @@ func watchFeed(ctx context.Context, m *managerProc) (*feedWatcher, error) {
 	}
 	w := &feedWatcher{
 		conn: p.conn, done: make(chan struct{}),
-		clusters: map[int]*watchedCluster{}, deploys: map[string]generation.Status{},
+		clusters: map[int]rollCluster{}, deploys: map[string]generation.Status{},
 		readyBeat: map[[2]int64]readyBeat{}, notify: make(chan struct{}, 1),
 	}
 	if err := w.watch(); err != nil {
@@ -169,7 +163,6 @@ func (w *feedWatcher) read() {
 func (w *feedWatcher) apply(ev *feedEvent, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.events++
 	switch ev.Type {
 	case "snapshot", "topology":
 		if ev.Status != nil {
@@ -218,18 +211,10 @@ func (w *feedWatcher) apply(ev *feedEvent, now time.Time) {
 // process changed. Call with mu held.
 func (w *feedWatcher) setCluster(c rollCluster, now time.Time) {
 	prev, ok := w.clusters[c.ID]
-	if !ok {
-		w.clusters[c.ID] = &watchedCluster{rollCluster: c, since: now}
-		w.changes = append(w.changes, routeChange{Cluster: c.ID, At: now, Routed: c.Routed, PID: c.PID, State: c.State})
-		return
-	}
-	if prev.Routed != c.Routed || (c.Routed && prev.PID != c.PID) {
+	if !ok || prev.Routed != c.Routed || (c.Routed && prev.PID != c.PID) {
 		w.changes = append(w.changes, routeChange{Cluster: c.ID, At: now, Routed: c.Routed, PID: c.PID, State: c.State})
 	}
-	if prev.Routed != c.Routed {
-		prev.since = now
-	}
-	prev.rollCluster = c
+	w.clusters[c.ID] = c
 }
 
 // cluster returns what the feed last said of cluster id.
@@ -237,10 +222,7 @@ func (w *feedWatcher) cluster(id int) (rollCluster, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c, ok := w.clusters[id]
-	if !ok {
-		return rollCluster{}, false
-	}
-	return c.rollCluster, true
+	return c, ok
 }
 
 // routeChanges returns a copy of every routing change seen so far.
