@@ -215,7 +215,8 @@ func (d *Deploy) Ready(p ProcRef) { d.step(func(now time.Time) { d.ready(p, now)
 func (d *Deploy) Quiesced(p ProcRef) { d.step(func(now time.Time) { d.quiesced(p, now) }) }
 
 // Exited reports that the kernel confirmed p's exit. The manager feeds it
-// every exit first, then supervision the ones the deploy does not Own.
+// every exit first, then the cluster's supervision (supervise.Cluster),
+// which leaves a cluster the deploy Owns alone.
 func (d *Deploy) Exited(p ProcRef) { d.step(func(now time.Time) { d.exited(p, now) }) }
 
 // Tick checks the deadlines against the clock. Every event checks them too,

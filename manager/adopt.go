@@ -1,6 +1,10 @@
 package manager
 
-import "time"
+import (
+	"time"
+
+	"github.com/sm-supervisor/sm/supervise"
+)
 
 // restore rebuilds the manager from the state file a previous manager left:
 // the topology and generations in force then (a topology change in the config
@@ -17,7 +21,7 @@ func (m *Manager) restore() bool {
 		return false
 	}
 	m.restarted = true
-	t := newRouteTable(st.Topology, st.Generation)
+	t := newRouteTable(st.Topology, st.Generation, &m.rules)
 	for i, s := range t.slots {
 		s.gen = st.SlotGens[i]
 	}
@@ -44,8 +48,7 @@ func (m *Manager) restore() bool {
 		}
 		p := &proc{
 			seq: m.procSeq.Add(1), cluster: sp.Cluster, gen: sp.Generation, tokenHash: sp.TokenHash,
-			startTime: sp.StartTime, process: process, spawned: now, lastBeat: now,
-			activated: sp.Activated, adopted: true,
+			startTime: sp.StartTime, process: process,
 			// The reason its spawner gave it: a first start still connecting
 			// its shards is still a first start (docs/discord.md).
 			reason: reasonOfStart(sp.Start),
@@ -54,109 +57,41 @@ func (m *Manager) restore() bool {
 			p.slot = t.slots[sp.Cluster]
 		} else {
 			// A process of a topology no longer (or not yet) in force: a
-			// re-clustering deploy was cut short. It gets a slot of its own
-			// so it can register and be quiesced.
-			p.slot = &slot{id: sp.Cluster, first: sp.ShardFirst, last: sp.ShardLast, topo: sp.Topology, gen: sp.Generation, retired: true}
+			// re-clustering deploy was cut short. It gets a slot of its own,
+			// retired, so it can register and be quiesced.
+			p.slot = &slot{id: sp.Cluster, first: sp.ShardFirst, last: sp.ShardLast, topo: sp.Topology, gen: sp.Generation,
+				retired: true, sup: supervise.NewCluster[*proc](&m.rules)}
+			p.slot.sup.Retire(now)
 		}
+		// Which survivor is each cluster's is its supervision's choice: the
+		// one routed when the manager died (during a deploy, the new
+		// generation once switched); failing that, an unrouted one
+		// (starting or restarting then). Every other is quiesced once it
+		// reconnects.
+		p.slot.sup.Adopted(now, p, sp.Routed, sp.Activated)
 		m.procs[p.seq] = p
 		m.liveProcs.Add(1)
 		m.watchExit(p)
 		adopted++
 		m.log.Info("awaiting surviving cluster", "cluster", sp.Cluster, "generation", sp.Generation, "pid", sp.PID, "routed", sp.Routed)
-		if sp.Routed && !p.slot.retired {
-			p.wasRouted = true
-		}
-	}
-	// Which survivor is each cluster's: the one routed when the manager died
-	// (during a deploy, the new generation once switched); failing that, an
-	// unrouted one (starting or restarting then). Every other is stale and
-	// is quiesced once it reconnects.
-	for _, pass := range []bool{true, false} {
-		for _, p := range m.procs {
-			if p.wasRouted == pass && !p.slot.retired && p.slot.current == nil {
-				p.slot.current = p
-			}
-		}
-	}
-	for _, p := range m.procs {
-		p.stale = p.slot.current != p
 	}
 	m.restoreHandoffs(t, st.Handoffs)
 	if adopted > 0 {
 		window := m.cfg.State.AdoptWindow.Duration
 		m.log.Info("re-adopting surviving clusters", "processes", adopted, "adopt_window", window)
+		for _, s := range m.supervised() {
+			s.sup.Adopting(now)
+		}
 		time.AfterFunc(window, func() { m.post(evAdoptDone{}) })
-		m.adopting = true
 	}
 	return adopted > 0
 }
 
-// evRegistered follows a cluster's REGISTER reply: what an adopted process
-// needs once it is back on a connection.
-type evRegistered struct{ p *proc }
-
-func (e evRegistered) apply(m *Manager) {
-	p := e.p
-	if !p.adopted || p.state >= procQuiescing {
-		return
-	}
-	switch {
-	case p.stale:
-		m.log.Warn("quiescing a surviving process that is no longer a cluster's", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
-		m.quiesce(p)
-	case p.wasRouted && p.slot.current == p:
-		// Routing as it was: the process was serving when the manager died.
-		p.state = procReady
-		m.setRoute(p.slot, p)
-		m.log.Info("cluster re-adopted", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
-			"after", time.Since(m.started).Round(time.Millisecond))
-	}
-}
-
-// evAdoptDone ends the adopt window: survivors that did not come back are
+// adoptDone ends the adopt window: survivors that did not come back are
 // stopped, and every cluster without a process is spawned.
-type evAdoptDone struct{}
-
-func (evAdoptDone) apply(m *Manager) {
-	m.adopting = false
-	for _, p := range m.procs {
-		if p.adopted && p.conn.Load() == nil && p.state < procStopping {
-			m.log.Warn("surviving process did not reconnect within the adopt window; stopping it", "cluster", p.cluster, "pid", p.pid())
-			m.stop(p, "not re-adopted")
-		}
+func (m *Manager) adoptDone() {
+	now := time.Now()
+	for _, s := range m.supervised() {
+		m.do(s, s.sup.AdoptDone(now))
 	}
-	for _, s := range m.table().slots {
-		if s.current == nil || s.current.state >= procStopping {
-			m.respawn(s)
-		}
-	}
-}
-
-// othersAlive reports whether another process of p's cluster still runs:
-// then p must not be ACTIVATEd yet (never two active processes for a cluster).
-func (m *Manager) othersAlive(p *proc) bool {
-	for _, q := range m.procs {
-		if q != p && q.slot == p.slot && q.state != procExited {
-			return true
-		}
-	}
-	return false
-}
-
-// maybeActivate ACTIVATEs a cluster's routed process once it is the only one
-// left (after a stale survivor exited). Deploys activate their own.
-func (m *Manager) maybeActivate(s *slot) {
-	p := s.current
-	if m.deployOwns(s) || p == nil || p.activated || p.state != procReady || !m.routedNow(p) || m.othersAlive(p) {
-		return
-	}
-	m.activate(p)
-}
-
-// watchExit posts p's confirmed exit to the loop.
-func (m *Manager) watchExit(p *proc) {
-	go func() {
-		<-p.process.Exited()
-		m.post(evExit{p: p})
-	}()
 }

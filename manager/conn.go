@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -195,12 +196,8 @@ func (m *Manager) register(c *conn) bool {
 		m.log.Info("client registered", "conn", c.id, "name", f.Name, "peer_pid", c.cred.PID)
 		return true
 	case ipc.RoleCluster:
-		res := make(chan registerResult, 1)
-		m.post(evRegister{c: c, f: f, res: res})
-		var r registerResult
-		select {
-		case r = <-res:
-		case <-m.done:
+		r, err := ask(m, context.Background(), func(res chan<- registerResult) event { return evRegister{c: c, f: f, res: res} })
+		if err != nil {
 			r = registerResult{err: ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")}
 		}
 		if r.err != nil {

@@ -27,9 +27,9 @@ type deadlines struct {
 	armed      bool
 }
 
-// push links p, forwarded with the default timeout, at the tail and arms the
-// timer if it is idle. Called with pmu held.
-func (m *Manager) pushDeadline(p *pending) {
+// pushDeadlineLocked links p, forwarded with the default timeout, at the
+// tail and arms the timer if it is idle.
+func (m *Manager) pushDeadlineLocked(p *pending) {
 	l := &m.dl
 	p.listed = true
 	p.prev, p.next = l.tail, nil
@@ -50,8 +50,8 @@ func (m *Manager) pushDeadline(p *pending) {
 	}
 }
 
-// unlinkDeadline takes p off the list if it is on it. Called with pmu held.
-func (m *Manager) unlinkDeadline(p *pending) {
+// unlinkDeadlineLocked takes p off the list if it is on it.
+func (m *Manager) unlinkDeadlineLocked(p *pending) {
 	if !p.listed {
 		return
 	}
@@ -70,11 +70,11 @@ func (m *Manager) unlinkDeadline(p *pending) {
 	p.prev, p.next = nil, nil
 }
 
-// unpend removes p (forwarded as mid) from the pending table and the
-// deadline list. Called with pmu held.
-func (m *Manager) unpend(mid uint64, p *pending) {
+// unpendLocked removes p (forwarded as mid) from the pending table and the
+// deadline list.
+func (m *Manager) unpendLocked(mid uint64, p *pending) {
 	delete(m.pending, mid)
-	m.unlinkDeadline(p)
+	m.unlinkDeadlineLocked(p)
 }
 
 // sweepDeadlines is the shared timer: it expires the requests at the head
@@ -88,7 +88,7 @@ func (m *Manager) sweepDeadlines() {
 		if mid := p.mid.Load(); m.pending[mid] == p {
 			delete(m.pending, mid)
 		}
-		m.unlinkDeadline(p)
+		m.unlinkDeadlineLocked(p)
 		due = append(due, p)
 	}
 	if l.head != nil {
@@ -102,9 +102,9 @@ func (m *Manager) sweepDeadlines() {
 	}
 }
 
-// clearDeadlines drops the whole list (every pending request is being
-// failed) and stops the timer. Called with pmu held.
-func (m *Manager) clearDeadlines() {
+// clearDeadlinesLocked drops the whole list (every pending request is being
+// failed) and stops the timer.
+func (m *Manager) clearDeadlinesLocked() {
 	l := &m.dl
 	for p := l.head; p != nil; {
 		next := p.next

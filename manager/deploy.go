@@ -32,7 +32,7 @@ func (m *Manager) deploy(c *conn, f *ipc.Frame) {
 // prepareDeploy reads the config and asks Discord, then has the loop start
 // the deploy and answers the DEPLOY.
 func (m *Manager) prepareDeploy(c *conn, f *ipc.Frame) {
-	ev := evDeploy{f: f, res: make(chan registerResult, 1)}
+	ev := evDeploy{f: f}
 	ev.cfg, ev.err = m.loadDeployConfig()
 	if ev.cfg != nil && m.fetchGateway != nil && m.cfg.Discord.HasToken() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -52,12 +52,8 @@ func (m *Manager) prepareDeploy(c *conn, f *ipc.Frame) {
 	} else if ev.cfg != nil && ev.cfg.Topology.Auto {
 		ev.cfg, ev.err = nil, ipc.Errorf(ipc.CodeBadConfig, "total_shards = \"auto\" needs a Discord token configured when the manager started")
 	}
-	res := ev.res
-	m.post(ev)
-	var r registerResult
-	select {
-	case r = <-res:
-	case <-m.done:
+	r, err := ask(m, context.Background(), func(res chan<- registerResult) event { ev.res = res; return ev })
+	if err != nil {
 		r.err = ipc.Errorf(ipc.CodeShuttingDown, "manager is shutting down")
 	}
 	if r.err != nil {
@@ -67,23 +63,15 @@ func (m *Manager) prepareDeploy(c *conn, f *ipc.Frame) {
 	c.reply(f.ID, r.payload)
 }
 
-type evDeploy struct {
-	f   *ipc.Frame
-	cfg *config.Config
-	err *ipc.Error
-	gw  *discord.GatewayBot
-	res chan registerResult
-}
-
-func (e evDeploy) apply(m *Manager) {
+// deployEvent takes what prepareDeploy learnt and starts the deploy.
+func (m *Manager) deployEvent(e evDeploy) registerResult {
 	if e.gw != nil {
 		m.observeGateway(*e.gw)
 	}
 	if e.err != nil {
-		e.res <- registerResult{err: e.err}
-		return
+		return registerResult{err: e.err}
 	}
-	e.res <- m.startDeploy(e.f, e.cfg)
+	return m.startDeploy(e.f, e.cfg)
 }
 
 // loadDeployConfig re-reads the config file as it is on disk now.
@@ -141,6 +129,12 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	m.next = nil
 	m.log.Info("deploy started", "deploy", plan.ID, "generation", gen, "from", plan.From.String(), "to", plan.To.String(),
 		"clusters", f.Clusters, "max_parallel", maxPar)
+	now := time.Now()
+	for _, s := range table.slots {
+		if d.Owns(s.id) {
+			s.sup.Take(now)
+		}
+	}
 	d.Start()
 	m.depFed = true
 	m.deployProgress()
@@ -160,6 +154,14 @@ func (m *Manager) deployProgress() {
 		return
 	}
 	m.depLogged = m.dep
+	// A cluster the deploy owned but had nothing to do for (one a shrinking
+	// re-clustering that rolled back never touched) is supervised again.
+	now := time.Now()
+	for _, s := range m.table().slots {
+		if s.sup.Owned() && !m.dep.Owns(s.id) {
+			m.do(s, s.sup.Release(now))
+		}
+	}
 	st := m.dep.Status()
 	m.metrics.deploys.WithLabelValues(string(st.State)).Inc()
 	m.metrics.deployDur.Observe(st.Finished.Sub(st.Started).Seconds())
@@ -196,16 +198,18 @@ func (m *Manager) genRoutes(t *routeTable) *generation.Routes {
 type actuator struct{ m *Manager }
 
 // slotFor returns the slot a deploy means by cluster of topo: one of the
-// table in force, or of the table a re-clustering is building.
+// table in force, or of the table a re-clustering is building, whose slots
+// are the deploy's from the start.
 func (a actuator) slotFor(cluster int, topo generation.Topology) *slot {
 	m := a.m
 	if t := m.table(); t.topo == topo {
 		return t.slots[cluster]
 	}
 	if m.next == nil || m.next.topo != topo {
-		m.next = newRouteTable(topo, m.gen)
+		m.next = newRouteTable(topo, m.gen, &m.rules)
+		now := time.Now()
 		for _, s := range m.next.slots {
-			s.owned = true
+			s.sup.Take(now)
 		}
 	}
 	return m.next.slots[cluster]
@@ -214,25 +218,21 @@ func (a actuator) slotFor(cluster int, topo generation.Topology) *slot {
 func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (generation.ProcRef, error) {
 	m := a.m
 	s := a.slotFor(cluster, topo)
-	s.owned = true
-	if s.restartTmr != nil {
-		s.restartTmr.Stop()
-		s.restartTmr = nil
-	}
 	// A process of this cluster that is not serving yet (restarting after a
 	// crash) is superseded: the deploy's process replaces it.
-	if cur := s.current; cur != nil && m.table().procs[s.id] != cur && cur.slot == s && topo == m.table().topo {
-		m.stop(cur, "superseded by deploy")
-	}
+	m.do(s, s.sup.DeploySpawning(time.Now()))
 	p, err := m.spawn(s, gen, discord.ReasonDeploy)
 	if err != nil {
 		// The deploy's reason goes to the public feed: the detail only here.
 		m.log.Error("spawn failed", "cluster", s.id, "generation", gen, "err", err)
 		return generation.ProcRef{}, errors.New(publicSpawnFailure(err))
 	}
+	m.do(s, s.sup.DeploySpawned(time.Now(), p))
 	return p.ref(), nil
 }
 
+// Route publishes the deploy's routing changes, cluster by cluster through
+// each one's supervision, or, for a new topology, as one switch.
 func (a actuator) Route(update func(*generation.Routes) *generation.Routes) {
 	m := a.m
 	cur := m.table()
@@ -241,14 +241,20 @@ func (a actuator) Route(update func(*generation.Routes) *generation.Routes) {
 		a.switchTable(next)
 		return
 	}
-	for c := range cur.procs {
+	now := time.Now()
+	for c, was := range cur.procs {
 		ref, ok := next.Routed(c)
 		var p *proc
-		if ok {
+		switch {
+		case !ok:
+		case was != nil && was.seq == ref.Seq:
+			p = was // unchanged (it may be exiting, and gone from m.procs)
+		default:
 			p = m.procs[ref.Seq]
 		}
-		if p != cur.procs[c] {
-			m.setRoute(cur.slots[c], p)
+		if p != was {
+			s := cur.slots[c]
+			m.do(s, s.sup.DeployRouted(now, p, p != nil))
 		}
 	}
 }
@@ -270,20 +276,14 @@ func (a actuator) switchTable(next *generation.Routes) {
 			procs[c] = m.procs[ref.Seq]
 		}
 	}
+	now := time.Now()
 	for _, s := range old.slots {
 		// A cluster of the old topology that was restarting has a process
 		// nobody routes: the new topology replaces it.
-		if cur := s.current; cur != nil && old.procs[s.id] != cur {
-			m.stop(cur, "superseded by re-clustering")
-		}
-		if s.restartTmr != nil {
-			s.restartTmr.Stop()
-			s.restartTmr = nil
-		}
+		m.do(s, s.sup.Retire(now))
 	}
 	for _, s := range old.slots {
 		s.mu.Lock()
-		s.owned = true
 	}
 	m.routes.Store(&routeTable{topo: nt.topo, procs: procs, slots: nt.slots})
 	var waiting []*pending
@@ -292,6 +292,11 @@ func (a actuator) switchTable(next *generation.Routes) {
 		waiting = append(waiting, s.waiting...)
 		s.waiting = nil
 		s.mu.Unlock()
+	}
+	for c, s := range nt.slots {
+		if procs[c] != nil {
+			s.sup.Switched(now, procs[c])
+		}
 	}
 	m.next = nil
 	m.log.Info("routing switched to the new topology", "topology", nt.topo.String())
@@ -303,21 +308,24 @@ func (a actuator) switchTable(next *generation.Routes) {
 	}
 }
 
+// procOf is the live process ref names, if any.
+func (a actuator) procOf(ref generation.ProcRef) *proc { return a.m.procs[ref.Seq] }
+
 func (a actuator) Quiesce(ref generation.ProcRef) {
-	if p := a.m.procs[ref.Seq]; p != nil {
-		a.m.quiesce(p)
+	if p := a.procOf(ref); p != nil {
+		a.m.do(p.slot, p.slot.sup.Quiesce(time.Now(), p))
 	}
 }
 
 func (a actuator) Stop(ref generation.ProcRef) {
-	if p := a.m.procs[ref.Seq]; p != nil {
-		a.m.stop(p, "deploy")
+	if p := a.procOf(ref); p != nil {
+		a.m.do(p.slot, p.slot.sup.Stop(time.Now(), p, "deploy"))
 	}
 }
 
 func (a actuator) Activate(ref generation.ProcRef) {
-	if p := a.m.procs[ref.Seq]; p != nil {
-		a.m.activate(p)
+	if p := a.procOf(ref); p != nil {
+		a.m.do(p.slot, p.slot.sup.Activate(time.Now(), p))
 	}
 }
 
@@ -330,16 +338,8 @@ func (a actuator) Release(cluster int) {
 		return
 	}
 	s := t.slots[cluster]
-	s.owned = false
-	m.touch(s)
 	if p := t.procs[cluster]; p != nil {
-		s.current = p
 		s.gen = p.gen
-		return
 	}
-	if s.current != nil && s.current.state < procStopping {
-		return // still the old one, serving or about to
-	}
-	s.current = nil
-	m.respawn(s)
+	m.do(s, s.sup.Release(time.Now()))
 }

@@ -6,8 +6,3 @@ func SpecCount(m *Manager) int {
 	m.post(evFunc(func(m *Manager) { res <- len(m.specs) }))
 	return <-res
 }
-
-// evFunc runs a function on the loop (tests only).
-type evFunc func(*Manager)
-
-func (f evFunc) apply(m *Manager) { f(m) }

@@ -130,47 +130,34 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-type evSubscribe struct {
-	buf int
-	res chan subscribeResult
-}
-
 type subscribeResult struct {
 	sub *Subscription
 	err error
 }
 
-// apply registers the subscriber and queues the snapshot as its first event,
-// on the loop, so no event falls between the two. The heartbeats not yet taken
-// are taken first: their events go to the existing subscribers, and the
-// snapshot includes them.
-func (e evSubscribe) apply(m *Manager) {
+// subscribe registers a subscriber and queues the snapshot as its first
+// event, on the loop, so no event falls between the two. The heartbeats not
+// yet taken are taken first: their events go to the existing subscribers,
+// and the snapshot includes them.
+func (m *Manager) subscribe(buf int) subscribeResult {
 	m.drainBeats()
-	sub, ok := m.feed.add(e.buf)
+	sub, ok := m.feed.add(buf)
 	if !ok {
-		e.res <- subscribeResult{err: ErrTooManySubscribers}
-		return
+		return subscribeResult{err: ErrTooManySubscribers}
 	}
 	sub.c <- m.snapshotEvent(EventSnapshot)
-	e.res <- subscribeResult{sub: sub}
+	return subscribeResult{sub: sub}
 }
 
 // Subscribe starts a feed subscription with room for buf events (at least 2):
 // the first event is a snapshot. The caller must Cancel it or drain C until it closes.
 func (m *Manager) Subscribe(buf int) (*Subscription, error) {
 	buf = max(buf, 2)
-	res := make(chan subscribeResult, 1)
-	select {
-	case m.events <- evSubscribe{buf: buf, res: res}:
-	case <-m.done:
+	r, err := ask(m, context.Background(), func(res chan<- subscribeResult) event { return evSubscribe{buf: buf, res: res} })
+	if err != nil {
 		return nil, errorString("manager stopped")
 	}
-	select {
-	case r := <-res:
-		return r.sub, r.err
-	case <-m.done:
-		return nil, errorString("manager stopped")
-	}
+	return r.sub, r.err
 }
 
 // Subscribers returns the number of feed subscribers.

@@ -3,6 +3,7 @@ package manager
 import (
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -34,17 +35,10 @@ type handoffs struct {
 	after map[*proc]*proc
 }
 
-// evHandoff is a QUIESCED's handoff, posted just before the QUIESCED itself.
-type evHandoff struct {
-	p       *proc
-	handoff json.RawMessage
-}
-
-// apply of evHandoff keeps the handoff for the cluster's next ACTIVATE, if it
-// comes from a process that handled dispatches and was told to quiesce: no
-// other process's handoff says anything about what was handled.
-func (e evHandoff) apply(m *Manager) {
-	p, h := e.p, e.handoff
+// keepHandoff keeps a QUIESCED's handoff h for the cluster's next ACTIVATE,
+// if it comes from a process p that handled dispatches and was told to
+// quiesce: no other process's handoff says anything about what was handled.
+func (m *Manager) keepHandoff(p *proc, h json.RawMessage) {
 	log := m.log.With("cluster", p.cluster, "generation", p.gen, "pid", p.pid())
 	switch {
 	case string(h) == "null":
@@ -55,7 +49,7 @@ func (e evHandoff) apply(m *Manager) {
 	case h[0] != '{':
 		log.Warn("ignoring a QUIESCED handoff that is not a JSON object")
 		return
-	case !p.sendClosed || !p.activated:
+	case !p.sendClosed || !p.view().Activated:
 		log.Debug("ignoring the handoff of a process not quiesced after ACTIVATE: it handled no dispatches to hand off")
 		return
 	case p.slot.retiredNow():
@@ -131,7 +125,7 @@ func (m *Manager) handoffDrained(q *proc) {
 		return
 	}
 	delete(m.handoff.after, q)
-	m.activate(p) // checks p again: it may be stopping by now
+	m.do(p.slot, p.slot.sup.Activate(time.Now(), p)) // checks p again: it may be stopping by now
 }
 
 // restoreHandoffs takes what the state file recorded: each cluster's waiting
@@ -146,7 +140,7 @@ func (m *Manager) restoreHandoffs(t *routeTable, saved map[int]string) {
 		}
 	}
 	for _, p := range m.procs {
-		if p.activated && !p.slot.retired {
+		if p.view().Activated && !p.slot.retired {
 			if m.handoff.active == nil {
 				m.handoff.active = map[*slot]*proc{}
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/supervise"
 )
 
 // Heartbeats are the manager's steadiest load: every cluster, every interval
@@ -87,11 +88,6 @@ func (b *beatBox) setSteady(steady bool) {
 	b.mu.Unlock()
 }
 
-// evHeartbeat asks the loop to take p's heartbeats now.
-type evHeartbeat struct{ p *proc }
-
-func (e evHeartbeat) apply(m *Manager) { m.drainBeat(e.p) }
-
 // drainBeats takes every process's heartbeats.
 func (m *Manager) drainBeats() {
 	for _, p := range m.procs {
@@ -101,32 +97,41 @@ func (m *Manager) drainBeats() {
 
 // drainBeat is the loop's half of p's heartbeats since it last looked: the
 // last one's time, payload and readiness, and every resume report in order.
+// A process being stopped is not heard any more.
 func (m *Manager) drainBeat(p *proc) {
 	t := p.beats.take()
-	if t.n == 0 || p.state >= procStopping {
+	if t.n == 0 || !p.state().Before(supervise.StateStopping) {
 		return
 	}
-	at := t.at
-	p.lastBeat = at
+	m.recordBeats(p, t)
+	s := p.slot
+	m.do(s, s.sup.Heartbeat(t.at, p, t.sawReady))
+	p.beats.setSteady(s.sup.Steady(p))
+}
+
+// recordBeats keeps what p's heartbeats said: the last payload, the resume
+// reports, and, for the feed, the last heartbeat.
+func (m *Manager) recordBeats(p *proc, t beats) {
 	p.beat = t.payload
 	for _, r := range t.resume {
-		m.takeResume(p, r, at)
+		m.takeResume(p, r, t.at)
 	}
-	m.publishHeartbeat(p, t.ready, t.payload, at)
-	if t.sawReady && p.state == procRegistered {
-		p.state = procReady
-		m.touch(p.slot)
-		m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after", at.Sub(p.spawned).Round(time.Millisecond))
-		m.becameReady(p)
-		if m.dep != nil {
-			m.dep.Ready(p.ref())
-			m.depFed = true
+	m.publishHeartbeat(p, t.ready, t.payload, t.at)
+}
+
+// checkHeartbeats has every cluster's supervision judge its processes'
+// silence: a hung process is killed and replaced. Frames read since the last
+// tick count as a sign of life.
+func (m *Manager) checkHeartbeats(now time.Time) {
+	slots := make(map[*slot]bool, len(m.procs))
+	for _, p := range m.procs {
+		if n := p.frames.Load(); n != p.framesSeen {
+			p.framesSeen = n
+			p.slot.sup.Alive(now, p)
 		}
+		slots[p.slot] = true
 	}
-	s := p.slot
-	if p.state == procReady && s.current == p && m.policy.Recovered(&s.hist, p.spawned, at) {
-		m.touch(s)
-		m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
+	for s := range slots {
+		m.do(s, s.sup.Tick(now))
 	}
-	p.beats.setSteady(p.state == procReady && !(s.current == p && s.hist.CrashLoop))
 }

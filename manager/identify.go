@@ -11,6 +11,7 @@ import (
 
 	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/supervise"
 )
 
 // The identify gate, the session-start budget and resume state: what keeps a
@@ -94,16 +95,11 @@ func (m *Manager) budgetChanged(now time.Time) {
 	m.feedDiscordDirty = true
 }
 
-type evIdentify struct {
-	c *conn
-	f *ipc.Frame
-}
-
-// apply of evIdentify: an IDENTIFY from a cluster. The REPLY comes when its
-// slot is due, or at once with budget_refused, forbidden, bad_frame, busy, or
+// identify handles an IDENTIFY from a cluster. The REPLY comes when its slot
+// is due, or at once with budget_refused, forbidden, bad_frame, busy, or
 // later with timeout or cancelled.
-func (e evIdentify) apply(m *Manager) {
-	c, f, now := e.c, e.f, time.Now()
+func (m *Manager) identify(c *conn, f *ipc.Frame) {
+	now := time.Now()
 	p := c.proc
 	switch {
 	case p == nil:
@@ -115,7 +111,7 @@ func (e evIdentify) apply(m *Manager) {
 	case f.Shard == nil || *f.Shard < p.slot.first || *f.Shard > p.slot.last:
 		c.replyErr(f.ID, ipc.CodeBadFrame, "IDENTIFY needs a shard of this cluster (%d-%d)", p.slot.first, p.slot.last)
 		return
-	case p.state >= procQuiescing:
+	case !p.state().Before(supervise.StateQuiescing):
 		c.replyErr(f.ID, ipc.CodeForbidden, "the process is being stopped")
 		return
 	case p.identWaiting[*f.Shard]:
@@ -148,28 +144,21 @@ func (e evIdentify) apply(m *Manager) {
 	m.armGate(now)
 }
 
-type evIdentifyExpire struct{ r *identReq }
-
-func (e evIdentifyExpire) apply(m *Manager) {
-	if m.disc.gate.Cancel(e.r.ticket) {
-		delete(e.r.p.identWaiting, e.r.shard)
-		e.r.c.replyErr(e.r.id, ipc.CodeTimeout, "no identify slot for shard %d within the deadline", e.r.shard)
+// identifyExpired is r's deadline: withdrawn from the gate, it times out.
+func (m *Manager) identifyExpired(r *identReq) {
+	if m.disc.gate.Cancel(r.ticket) {
+		delete(r.p.identWaiting, r.shard)
+		r.c.replyErr(r.id, ipc.CodeTimeout, "no identify slot for shard %d within the deadline", r.shard)
 		m.armGate(time.Now())
 	}
 }
 
-type evIdentifyCancel struct {
-	c *conn
-	f *ipc.Frame
-}
-
-// apply of evIdentifyCancel: an IDENTIFY_CANCEL withdraws the sending
+// identifyCancel handles an IDENTIFY_CANCEL: it withdraws the sending
 // process's waiting asks for a shard, so that a library that gave up waiting
 // spends no session start. Each withdrawn IDENTIFY gets its one REPLY,
 // cancelled; the IDENTIFY_CANCEL's REPLY counts them. A grant that came
 // first was spent: 0 withdrawn.
-func (e evIdentifyCancel) apply(m *Manager) {
-	c, f := e.c, e.f
+func (m *Manager) identifyCancel(c *conn, f *ipc.Frame) {
 	p := c.proc
 	switch {
 	case p == nil:
@@ -193,17 +182,15 @@ func (e evIdentifyCancel) apply(m *Manager) {
 	c.reply(f.ID, fmt.Appendf(nil, `{"withdrawn":%d}`, len(withdrawn)))
 }
 
-type evGateDue struct{}
-
-// apply of evGateDue grants the slots that are due: each one checked against
-// the budget again (it may have run low while the request waited) and spent.
-func (evGateDue) apply(m *Manager) {
+// gateDue grants the slots that are due: each one checked against the
+// budget again (it may have run low while the request waited) and spent.
+func (m *Manager) gateDue() {
 	now := time.Now()
 	for _, g := range m.disc.gate.Due(now) {
 		r := g.Meta
 		r.timer.Stop()
 		delete(r.p.identWaiting, r.shard)
-		if r.p.state >= procQuiescing {
+		if !r.p.state().Before(supervise.StateQuiescing) {
 			// Told to stop while it waited: its shard must not connect now.
 			r.c.replyErr(r.id, ipc.CodeForbidden, "the process is being stopped")
 			continue
@@ -276,8 +263,7 @@ func (m *Manager) reportsResume(p *proc) bool {
 		return true
 	}
 	t := m.table()
-	return p.cluster < len(t.slots) && t.slots[p.cluster] == p.slot && t.procs[p.cluster] == nil &&
-		p.slot.current == p && !p.stale
+	return p.cluster < len(t.slots) && t.slots[p.cluster] == p.slot && t.procs[p.cluster] == nil && p.isCurrent()
 }
 
 // resumeFor is what a process's REGISTER reply hands it: the latest resume
@@ -286,7 +272,7 @@ func (m *Manager) reportsResume(p *proc) bool {
 // process still holds these) or not its cluster's process (a survivor the
 // restarted manager will quiesce: the serving process holds the sessions).
 func (m *Manager) resumeFor(p *proc, now time.Time) []discord.ResumeState {
-	if p.reason == discord.ReasonDeploy || p.stale || p.slot.current != p {
+	if p.reason == discord.ReasonDeploy || !p.isCurrent() {
 		return nil
 	}
 	return m.disc.resume.Get(p.slot.first, p.slot.last, p.slot.topo.Total, now)

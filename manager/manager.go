@@ -54,8 +54,7 @@ type Manager struct {
 	cfg     *config.Config
 	spawner supervise.Spawner
 	log     *slog.Logger
-	rand    func() float64
-	policy  supervise.RestartPolicy
+	rules   supervise.Rules // what every cluster's supervision judges by
 	connOpt ipc.Options
 	uids    map[int]bool
 
@@ -73,11 +72,20 @@ type Manager struct {
 	reqSeq             atomic.Uint64
 	connSeq            atomic.Uint64
 
-	pmu     sync.Mutex
-	pending map[uint64]*pending
-	dl      deadlines // forwarded requests' deadlines, oldest first (deadline.go)
+	// Lock order. proc.sendMu (read for a send, write for QUIESCE) is taken
+	// before pmu and before a connection's queue lock (ipc.Conn's); cmu
+	// before a connection's queue lock (to refuse it). slot.mu is held with
+	// no other lock but other slots' (all of the old table's in switchTable,
+	// in cluster order); pmu, beatBox.mu, hub.mu and Subscription.mu with
+	// none at all. A function whose name ends in Locked is called with the
+	// lock guarding what it touches held: pmu for the pending table and the
+	// deadline list, slot.mu for a slot's waiting requests.
 
-	cmu      sync.Mutex
+	pmu     sync.Mutex          // guards pending and dl
+	pending map[uint64]*pending // forwarded requests by the id the cluster sees
+	dl      deadlines           // forwarded requests' deadlines, oldest first (deadline.go)
+
+	cmu      sync.Mutex // guards conns
 	conns    map[*conn]struct{}
 	connWG   sync.WaitGroup
 	stopping atomic.Bool // set once shutdown starts: new requests are refused
@@ -106,7 +114,6 @@ type Manager struct {
 	// then) since flushFeed last looked at it.
 	depFed bool
 
-	adopting   bool      // the adopt window is open
 	restarted  bool      // a state file was found: this manager replaced one that died
 	started    time.Time // when Run started
 	stateDirty bool      // the state file is behind
@@ -131,15 +138,23 @@ func New(opts Options) (*Manager, error) {
 		gen:     1,
 		spawner: opts.Spawner,
 		log:     opts.Logger,
-		rand:    opts.Rand,
-		policy: supervise.RestartPolicy{
-			Backoff: backoff.Policy{
-				Min:    cfg.Restart.BackoffMin.Duration,
-				Max:    cfg.Restart.BackoffMax.Duration,
-				Jitter: cfg.Restart.Jitter,
+		rules: supervise.Rules{
+			Policy: supervise.RestartPolicy{
+				Backoff: backoff.Policy{
+					Min:    cfg.Restart.BackoffMin.Duration,
+					Max:    cfg.Restart.BackoffMax.Duration,
+					Jitter: cfg.Restart.Jitter,
+				},
+				Intensity: cfg.Restart.Intensity,
+				Period:    cfg.Restart.Period.Duration,
 			},
-			Intensity: cfg.Restart.Intensity,
-			Period:    cfg.Restart.Period.Duration,
+			StartTimeout:     cfg.Heartbeat.StartTimeout.Duration,
+			HeartbeatTimeout: cfg.Heartbeat.Timeout.Duration,
+			// Bounded everywhere, not only in deploys: a process that never
+			// exits after QUIESCE is stopped.
+			QuiesceTimeout:  cfg.Deploy.QuiesceTimeout.Duration,
+			DisconnectGrace: disconnectGrace,
+			Rand:            opts.Rand,
 		},
 		connOpt: ipc.Options{
 			MaxFrameBytes: cfg.Limits.MaxFrameBytes,
@@ -161,14 +176,14 @@ func New(opts Options) (*Manager, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	if m.rand == nil {
-		m.rand = rand.Float64
+	if m.rules.Rand == nil {
+		m.rules.Rand = rand.Float64
 	}
 	topo := cfg.Topology.Generation()
 	if err := topo.Validate(); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	m.routes.Store(newRouteTable(topo, 1))
+	m.routes.Store(newRouteTable(topo, 1, &m.rules))
 	m.metrics = newMetrics(opts.Registry, m)
 	m.fetchGateway = opts.FetchGateway
 	m.initDiscord(opts.Gateway)
@@ -241,10 +256,9 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	m.started = time.Now()
 	m.loadResume()
 	m.restore()
+	now := time.Now()
 	for _, s := range m.table().slots {
-		if s.current == nil {
-			m.respawn(s)
-		}
+		m.do(s, s.sup.Ensure(now))
 	}
 	m.maybeSaveState(time.Now())
 	m.loop(ctx)
@@ -277,7 +291,7 @@ func (m *Manager) loop(ctx context.Context) {
 		select {
 		case ev := <-m.events:
 			m.metrics.loopEvents.Inc()
-			ev.apply(m)
+			m.apply(ev)
 		case now := <-tick.C:
 			m.drainBeats()
 			m.checkHeartbeats(now)
@@ -298,13 +312,11 @@ func (m *Manager) tickEvery() time.Duration {
 	return max(m.cfg.Heartbeat.Interval.Duration/2, 10*time.Millisecond)
 }
 
-// post hands an event to the loop; it gives up once the manager has stopped.
-func (m *Manager) post(ev event) {
-	select {
-	case m.events <- ev:
-	case <-m.done:
-	}
-}
+// disconnectGrace is how long a disconnected process may take to be seen
+// exiting before it is stopped as a live one that lost its connection: a
+// process that died closes its socket a moment before the kernel's exit
+// notice reaches the loop.
+const disconnectGrace = 100 * time.Millisecond
 
 func (m *Manager) accept(ln net.Listener) {
 	for {

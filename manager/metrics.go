@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sm-supervisor/sm/supervise"
 )
 
 // metrics are the manager's Prometheus instruments. Counters and the latency
@@ -130,7 +132,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlock, prometheus.GaugeValue, block)
 	}
-	states := map[string]int{}
+	states := map[supervise.State]int{}
 	for _, cs := range st.Clusters {
 		states[cs.State]++
 		id := strconv.Itoa(cs.ID)
@@ -146,7 +148,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, float64(cs.Waiting), id)
 		ch <- prometheus.MustNewConstMetric(descGen, prometheus.GaugeValue, float64(cs.Generation), id)
 	}
-	for _, s := range []string{"starting", "registered", "ready", "quiescing", "stopping", "restarting", "crash_loop"} {
-		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, float64(states[s]), s)
+	for _, s := range []supervise.State{supervise.StateStarting, supervise.StateRegistered, supervise.StateReady,
+		supervise.StateQuiescing, supervise.StateStopping, supervise.StateRestarting, supervise.StateCrashLoop} {
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, float64(states[s]), string(s))
 	}
 }

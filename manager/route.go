@@ -11,6 +11,7 @@ import (
 
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/supervise"
 )
 
 // routeTable is an immutable snapshot of who serves each cluster; the loop
@@ -22,11 +23,12 @@ type routeTable struct {
 	slots []*slot
 }
 
-func newRouteTable(topo generation.Topology, gen int64) *routeTable {
+// newRouteTable is a table for topo with no process routed and new slots at
+// generation gen, supervised by rules.
+func newRouteTable(topo generation.Topology, gen int64, rules *supervise.Rules) *routeTable {
 	t := &routeTable{topo: topo, procs: make([]*proc, topo.Clusters()), slots: make([]*slot, topo.Clusters())}
 	for i := range t.slots {
-		first, last := topo.Range(i)
-		t.slots[i] = &slot{id: i, first: first, last: last, gen: gen, topo: topo}
+		t.slots[i] = newSlot(topo, i, gen, rules)
 	}
 	return t
 }
@@ -177,7 +179,7 @@ func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
 		m.send(pr, p)
 		return
 	}
-	if s.waitingLive() >= m.cfg.Limits.MaxWaiting {
+	if s.waitingLiveLocked() >= m.cfg.Limits.MaxWaiting {
 		s.mu.Unlock()
 		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is restarting and %d requests already wait for it (limits.max_waiting)", cluster, m.cfg.Limits.MaxWaiting))
 		return
@@ -216,7 +218,7 @@ func (m *Manager) send(pr *proc, p *pending) {
 		p.mid.Store(mid)
 		m.pending[mid] = p
 		if p.timer == nil {
-			m.pushDeadline(p)
+			m.pushDeadlineLocked(p)
 		}
 		m.pmu.Unlock()
 		if p.done.Load() {
@@ -257,7 +259,7 @@ func (m *Manager) forget(p *pending) {
 	}
 	m.pmu.Lock()
 	if m.pending[mid] == p {
-		m.unpend(mid, p)
+		m.unpendLocked(mid, p)
 	}
 	m.pmu.Unlock()
 }
@@ -273,7 +275,7 @@ func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 		p = m.pending[mid]
 		// Only the process the request went to may answer it.
 		if p != nil && p.to.Load() == c.proc {
-			m.unpend(mid, p)
+			m.unpendLocked(mid, p)
 		} else {
 			p = nil
 		}
@@ -352,7 +354,7 @@ func (m *Manager) failProcPending(pr *proc) {
 	m.pmu.Lock()
 	for id, p := range m.pending {
 		if p.to.Load() == pr {
-			m.unpend(id, p)
+			m.unpendLocked(id, p)
 			lost = append(lost, p)
 		}
 	}
@@ -368,7 +370,7 @@ func (m *Manager) failAllPending() {
 	m.pmu.Lock()
 	all := m.pending
 	m.pending = make(map[uint64]*pending)
-	m.clearDeadlines()
+	m.clearDeadlinesLocked()
 	m.pmu.Unlock()
 	for _, p := range all {
 		m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))

@@ -87,9 +87,7 @@ func (m *Manager) usedGenerations() map[int64]bool {
 		}
 	}
 	for _, p := range m.procs {
-		if p.state != procExited {
-			used[p.gen] = true
-		}
+		used[p.gen] = true
 	}
 	return used
 }
@@ -107,13 +105,13 @@ func (m *Manager) collectState() savedState {
 	}
 	used := m.usedGenerations()
 	for _, p := range m.procs {
-		if p.state == procExited || p.startTime == 0 {
+		if p.startTime == 0 {
 			continue
 		}
 		st.Procs = append(st.Procs, savedProc{
 			Cluster: p.cluster, Generation: p.gen, PID: p.pid(), StartTime: p.startTime,
 			TokenHash: p.tokenHash, Topology: p.slot.topo, ShardFirst: p.slot.first, ShardLast: p.slot.last,
-			Routed: m.routedNow(p), Activated: p.activated, Start: startOf(p.reason),
+			Routed: m.routedNow(p), Activated: p.view().Activated, Start: startOf(p.reason),
 		})
 	}
 	sort.Slice(st.Procs, func(i, j int) bool { return st.Procs[i].PID < st.Procs[j].PID })

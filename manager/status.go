@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/generation"
+	"github.com/sm-supervisor/sm/supervise"
 )
 
 // Status is a consistent snapshot of the manager's clusters. It never holds a
@@ -56,17 +57,17 @@ func (m *Manager) encodeStatus(st Status, encode func(Status) []byte) []byte {
 
 // ClusterStatus is one cluster in a Status.
 type ClusterStatus struct {
-	ID          int    `json:"id"`
-	ShardFirst  int    `json:"shard_first"`
-	ShardLast   int    `json:"shard_last"`
-	Generation  int64  `json:"generation"`
-	State       string `json:"state"` // starting, registered, ready, quiescing, stopping, restarting, crash_loop
-	PID         int    `json:"pid,omitempty"`
-	Routed      bool   `json:"routed"`
-	Activated   bool   `json:"activated"`
-	Restarts    int    `json:"restarts"`
-	CrashLoop   bool   `json:"crash_loop"`
-	HeartbeatMS int64  `json:"heartbeat_age_ms"` // -1 when no process
+	ID          int             `json:"id"`
+	ShardFirst  int             `json:"shard_first"`
+	ShardLast   int             `json:"shard_last"`
+	Generation  int64           `json:"generation"`
+	State       supervise.State `json:"state"` // starting, registered, ready, quiescing, stopping, restarting, crash_loop
+	PID         int             `json:"pid,omitempty"`
+	Routed      bool            `json:"routed"`
+	Activated   bool            `json:"activated"`
+	Restarts    int             `json:"restarts"`
+	CrashLoop   bool            `json:"crash_loop"`
+	HeartbeatMS int64           `json:"heartbeat_age_ms"` // -1 when no process
 	// RestartInMS is the wait before the next respawn while restarting.
 	RestartInMS int64           `json:"restart_in_ms,omitempty"`
 	LastExit    string          `json:"last_exit,omitempty"`
@@ -105,29 +106,10 @@ func publicSpawnFailure(err error) string {
 	return "spawn failed"
 }
 
-type evStatus struct{ res chan Status }
-
-func (e evStatus) apply(m *Manager) {
-	m.drainBeats()
-	e.res <- m.snapshot(time.Now())
-}
-
-// Status returns a snapshot taken by the event loop.
+// Status returns a snapshot taken by the event loop. Once the manager has
+// stopped, the error is context.Canceled.
 func (m *Manager) Status(ctx context.Context) (Status, error) {
-	res := make(chan Status, 1)
-	select {
-	case m.events <- evStatus{res: res}:
-	case <-m.done:
-		return Status{}, context.Canceled
-	case <-ctx.Done():
-		return Status{}, ctx.Err()
-	}
-	select {
-	case st := <-res:
-		return st, nil
-	case <-ctx.Done():
-		return Status{}, ctx.Err()
-	}
+	return ask(m, ctx, func(res chan<- Status) event { return evStatus{res: res} })
 }
 
 func (m *Manager) snapshot(now time.Time) Status {
@@ -147,34 +129,36 @@ func (m *Manager) snapshot(now time.Time) Status {
 // clusterStatus describes slot s of table: its routed process if it has one
 // (during a deploy, the new generation once switched), else its supervised one.
 func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) ClusterStatus {
+	v := s.sup.View()
 	cs := ClusterStatus{
 		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
-		Restarts: s.hist.Total, CrashLoop: s.hist.CrashLoop, HeartbeatMS: -1, LastExit: s.lastExit, publicExit: s.lastExitPub,
-		Deploying: m.deployOwns(s),
+		Restarts: v.Restarts, CrashLoop: v.CrashLoop, HeartbeatMS: -1, LastExit: v.LastExit, publicExit: v.LastExitPublic,
+		Deploying: v.Owned,
 	}
 	s.mu.Lock()
-	cs.Waiting = s.waitingLive()
+	cs.Waiting = s.waitingLiveLocked()
 	s.mu.Unlock()
 	p := table.procs[s.id]
-	if p == nil {
-		p = s.current
+	if p == nil && v.HasCurrent {
+		p = v.Current
 	}
 	if p != nil {
-		cs.State = p.state.String()
+		pv := p.view()
+		cs.State = pv.State
 		cs.PID = p.pid()
 		cs.Generation = p.gen
 		cs.Routed = table.procs[s.id] == p
-		cs.Activated = p.activated
-		cs.HeartbeatMS = now.Sub(p.lastBeat).Milliseconds()
+		cs.Activated = pv.Activated
+		cs.HeartbeatMS = now.Sub(pv.LastBeat).Milliseconds()
 		cs.Heartbeat = p.beat
 		return cs
 	}
-	cs.State = "restarting"
-	if s.hist.CrashLoop {
-		cs.State = "crash_loop"
+	cs.State = supervise.StateRestarting
+	if v.CrashLoop {
+		cs.State = supervise.StateCrashLoop
 	}
-	if !s.restartAt.IsZero() {
-		cs.RestartInMS = max(0, s.restartAt.Sub(now).Milliseconds())
+	if !v.RestartAt.IsZero() {
+		cs.RestartInMS = max(0, v.RestartAt.Sub(now).Milliseconds())
 	}
 	return cs
 }

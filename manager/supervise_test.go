@@ -60,7 +60,10 @@ func TestKilledClusterIsRespawnedAndActivated(t *testing.T) {
 	}
 }
 
-func TestCrashLoopBacksOffAndIsVisible(t *testing.T) {
+// A crash loop is visible in STATUS while it retries. How long each retry
+// waits, and when it is a crash loop, are supervise.Cluster's decisions,
+// tested there without processes or sleeps.
+func TestCrashLoopIsVisible(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Restart.Intensity = 3
 	cfg.Restart.Period = durationOf(time.Minute)
@@ -69,24 +72,12 @@ func TestCrashLoopBacksOffAndIsVisible(t *testing.T) {
 	cfg.Restart.Jitter = 0
 	cfg.Cluster.Env = map[string]string{"SM_HARNESS_FLAGS_1": "--exit-on-start=3"}
 	e := start(t, cfg)
-	var delays []int64
 	testenv.WaitFor(t, 15*time.Second, "cluster 1 in crash loop", func() bool {
 		cs := e.MustStatus().Clusters[1]
-		if cs.RestartInMS > 0 && (len(delays) == 0 || cs.Restarts > len(delays)) {
-			delays = append(delays, cs.RestartInMS)
-		}
-		return cs.CrashLoop && cs.State == "crash_loop" && cs.Restarts > 3
+		return cs.CrashLoop && cs.State == "crash_loop" && cs.Restarts > 3 && cs.RestartInMS > 0
 	})
-	cs := e.MustStatus().Clusters[1]
-	if cs.LastExit == "" {
+	if cs := e.MustStatus().Clusters[1]; cs.LastExit == "" {
 		t.Error("last exit not reported")
-	}
-	// Past the intensity, every wait is at the ceiling: never a tight loop.
-	time.Sleep(100 * time.Millisecond)
-	restarts := e.MustStatus().Clusters[1].Restarts
-	time.Sleep(600 * time.Millisecond)
-	if got := e.MustStatus().Clusters[1].Restarts - restarts; got > 2 {
-		t.Fatalf("%d restarts in 600ms while in crash loop at a 400ms ceiling", got)
 	}
 	// The other clusters are untouched.
 	for _, i := range []int{0, 2, 3} {

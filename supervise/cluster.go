@@ -181,6 +181,9 @@ type View[P comparable] struct {
 	CrashLoop  bool
 	RestartAt  time.Time // when the last respawn was due (zero: none yet)
 	LastExit   string    // how its last supervised process ended, or why a spawn failed
+	// LastExitPublic is LastExit as the public may see it: a failed spawn's
+	// reason without the command's path, arguments or environment.
+	LastExitPublic string
 }
 
 // member is a Cluster's record of one process.
@@ -221,10 +224,11 @@ type Cluster[P comparable] struct {
 	armed     bool // a restart is due at restartAt
 	spawning  bool // an ActSpawn awaits its Spawned or SpawnFailed
 	lastExit  string
-	owned     bool // a deploy moves the cluster: no routing, activation or respawn of its own
-	retired   bool // replaced by a re-clustering, or a survivor's slot of another topology
-	adopting  bool // the adopt window is open: a dead process is respawned when it closes
-	closing   bool // the manager is shutting down: no more spawns
+	lastPub   string // lastExit for the public
+	owned     bool   // a deploy moves the cluster: no routing, activation or respawn of its own
+	retired   bool   // replaced by a re-clustering, or a survivor's slot of another topology
+	adopting  bool   // the adopt window is open: a dead process is respawned when it closes
+	closing   bool   // the manager is shutting down: no more spawns
 	out       []Action[P]
 	changed   bool
 }
@@ -299,11 +303,12 @@ func (c *Cluster[P]) Spawned(now time.Time, p P) []Action[P] {
 }
 
 // SpawnFailed reports that the process ActSpawn asked for could not start:
-// why is the cluster's last exit, and the respawn is retried after the
+// why is the cluster's last exit (public, the same without the command's
+// path, arguments or environment), and the respawn is retried after the
 // policy's delay.
-func (c *Cluster[P]) SpawnFailed(now time.Time, why string) []Action[P] {
+func (c *Cluster[P]) SpawnFailed(now time.Time, why, public string) []Action[P] {
 	c.spawning = false
-	c.lastExit, c.changed = why, true
+	c.lastExit, c.lastPub, c.changed = why, public, true
 	c.scheduleRestart(now)
 	return c.done()
 }
@@ -378,9 +383,11 @@ func (c *Cluster[P]) Greeted(now time.Time, p P) []Action[P] {
 
 // Heartbeat reports p's heartbeats up to now; sawReady says one of them was
 // ready:true. The first makes a registered process ready, and the supervised
-// one, unless a deploy owns the cluster, routed and ACTIVE. A cluster in a
-// crash loop leaves it once its process has been up, ready, for the policy's
-// period.
+// one, unless a deploy owns the cluster, routed, and ACTIVE once no other
+// process of the cluster runs (a stale survivor's exit brings the ACTIVATE:
+// a survivor's first ready heartbeat may come before its Greeted). A
+// cluster in a crash loop leaves it once its process has been up, ready,
+// for the policy's period.
 func (c *Cluster[P]) Heartbeat(now time.Time, p P, sawReady bool) []Action[P] {
 	m := c.find(p)
 	if m == nil || !m.state.Before(StateStopping) {
@@ -391,7 +398,7 @@ func (c *Cluster[P]) Heartbeat(now time.Time, p P, sawReady bool) []Action[P] {
 		m.state, c.changed = StateReady, true
 		if c.current == m && !c.owned {
 			c.route(m, "")
-			c.activate(m)
+			c.maybeActivate()
 		}
 		c.emit(Action[P]{Kind: ActReady, Proc: p})
 	}
@@ -564,7 +571,7 @@ func (c *Cluster[P]) Exited(now time.Time, p P, status string) []Action[P] {
 		c.maybeActivate()
 		return c.done()
 	}
-	c.current, c.lastExit = nil, status
+	c.current, c.lastExit, c.lastPub = nil, status, status // "exit status 1": nothing of the command
 	if !c.closing && !c.owned && !c.retired && !c.adopting {
 		c.scheduleRestart(now)
 	}
@@ -621,8 +628,18 @@ func (c *Cluster[P]) activate(m *member[P]) {
 	c.emit(Action[P]{Kind: ActActivate, Proc: m.p})
 }
 
+// ActivationWaits reports that the ACTIVATE asked for p could not go out
+// yet (the handoff of the process it follows may still be on its way): p is
+// not active, and the caller asks again with Activate when it can.
+func (c *Cluster[P]) ActivationWaits(now time.Time, p P) []Action[P] {
+	if m := c.find(p); m != nil && m.activated {
+		m.activated, c.changed = false, true
+	}
+	return c.done()
+}
+
 // maybeActivate ACTIVATEs the routed supervised process once it is the only
-// process of the cluster left (after a stale survivor exited).
+// process of the cluster left: never two active processes for a cluster.
 func (c *Cluster[P]) maybeActivate() {
 	m := c.current
 	if c.owned || m == nil || m.activated || m.state != StateReady || !m.routed || len(c.procs) > 1 {
@@ -800,7 +817,7 @@ func (c *Cluster[P]) Proc(p P) (ProcView, bool) {
 // View returns the cluster's supervision state.
 func (c *Cluster[P]) View() View[P] {
 	v := View[P]{Owned: c.owned, Restarts: c.hist.Total, CrashLoop: c.hist.CrashLoop,
-		RestartAt: c.restartAt, LastExit: c.lastExit}
+		RestartAt: c.restartAt, LastExit: c.lastExit, LastExitPublic: c.lastPub}
 	if c.current != nil {
 		v.Current, v.HasCurrent = c.current.p, true
 	}

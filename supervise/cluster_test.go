@@ -126,7 +126,7 @@ func (f *fake) act(a Action[int]) {
 		if err := f.spawnErr; err != nil {
 			f.spawnErr = nil
 			f.call("spawn failed")
-			f.run(f.c.SpawnFailed(f.now, err.Error()))
+			f.run(f.c.SpawnFailed(f.now, err.Error(), "spawn failed"))
 			return
 		}
 		p := f.add(&fproc{id: f.newID()})
@@ -386,6 +386,15 @@ func (h *harness) disconnect(id int, want ...string) {
 	h.do(func() []Action[int] { return h.c.Disconnected(h.now, id) }, want...)
 }
 
+// deploySpawned has a deploy take the cluster and spawn a process for it.
+func (h *harness) deploySpawned() int {
+	h.t.Helper()
+	h.c.Take(h.now)
+	p := h.add(&fproc{id: h.newID(), deploy: true})
+	h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, p.id) }, "changed")
+	return p.id
+}
+
 // serving brings up the cluster's first process, routed and ACTIVE.
 func (h *harness) serving() int {
 	h.t.Helper()
@@ -502,8 +511,8 @@ func TestClusterSpawnFailure(t *testing.T) {
 	h := newHarness(t, testRules())
 	h.spawnErr = errors.New("spawn /opt/bot: no such file")
 	h.ensure("spawn failed", "arm restart 500ms", "changed")
-	if v := h.c.View(); v.LastExit != "spawn /opt/bot: no such file" {
-		t.Errorf("last exit %q", v.LastExit)
+	if v := h.c.View(); v.LastExit != "spawn /opt/bot: no such file" || v.LastExitPublic != "spawn failed" {
+		t.Errorf("last exit %q, public %q", v.LastExit, v.LastExitPublic)
 	}
 	h.advance(500 * time.Millisecond)
 	h.due(TimerRestart, 0, "spawn 1", "changed")
@@ -584,8 +593,7 @@ func TestClusterDeploy(t *testing.T) {
 		h.serving()
 		h.c.Take(h.now)
 		h.do(func() []Action[int] { return h.c.DeploySpawning(h.now) }) // the old one serves: it stays
-		h.add(&fproc{id: h.newID(), deploy: true})
-		h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, 2) }, "changed")
+		h.deploySpawned()
 		h.register(2, "changed")
 		h.beat(2, true, "ready 2", "changed") // the deploy routes it, not supervision
 		h.do(func() []Action[int] { return h.c.DeployRouted(h.now, 2, true) }, "route 2", "changed")
@@ -614,9 +622,7 @@ func TestClusterDeploy(t *testing.T) {
 	t.Run("new process fails before the switch", func(t *testing.T) {
 		h := newHarness(t, testRules())
 		h.serving()
-		h.c.Take(h.now)
-		h.add(&fproc{id: h.newID(), deploy: true})
-		h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, 2) }, "changed")
+		h.deploySpawned()
 		h.do(func() []Action[int] { return h.c.Stop(h.now, 2, "deploy") }, "stop 2 deploy", "changed")
 		h.exit(2, "changed")
 		h.do(func() []Action[int] { return h.c.Release(h.now) }, "changed") // the old one keeps it
@@ -627,9 +633,7 @@ func TestClusterDeploy(t *testing.T) {
 	t.Run("released with nothing routed", func(t *testing.T) {
 		h := newHarness(t, testRules())
 		h.serving()
-		h.c.Take(h.now)
-		h.add(&fproc{id: h.newID(), deploy: true})
-		h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, 2) }, "changed")
+		h.deploySpawned()
 		h.register(2, "changed")
 		h.beat(2, true, "ready 2", "changed")
 		h.do(func() []Action[int] { return h.c.DeployRouted(h.now, 2, true) }, "route 2", "changed")
@@ -657,9 +661,7 @@ func TestClusterDeploy(t *testing.T) {
 	})
 	t.Run("re-clustering switch", func(t *testing.T) {
 		h := newHarness(t, testRules())
-		h.c.Take(h.now)
-		h.add(&fproc{id: h.newID(), deploy: true})
-		h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, 1) }, "changed")
+		h.deploySpawned()
 		h.register(1, "changed")
 		h.beat(1, true, "ready 1", "changed")
 		h.c.Switched(h.now, 1)
@@ -742,9 +744,7 @@ func TestClusterShutdown(t *testing.T) {
 
 	h = newHarness(t, testRules())
 	h.serving()
-	h.c.Take(h.now)
-	h.add(&fproc{id: h.newID(), deploy: true})
-	h.do(func() []Action[int] { return h.c.DeploySpawned(h.now, 2) }, "changed")
+	h.deploySpawned()
 	h.closed = true
 	h.do(func() []Action[int] { return h.c.Close(h.now) })
 	h.do(func() []Action[int] { return h.c.QuiesceAll(h.now) },

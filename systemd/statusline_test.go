@@ -6,11 +6,12 @@ import (
 
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/manager"
+	"github.com/sm-supervisor/sm/supervise"
 	"github.com/sm-supervisor/sm/systemd"
 )
 
 // clusters makes n cluster statuses of generation gen in state state.
-func clusters(n int, gen int64, state string) []manager.ClusterStatus {
+func clusters(n int, gen int64, state supervise.State) []manager.ClusterStatus {
 	out := make([]manager.ClusterStatus, n)
 	for i := range out {
 		out[i] = manager.ClusterStatus{ID: i, Generation: gen, State: state, PID: 100 + i, Routed: state == "ready"}

@@ -1,0 +1,77 @@
+package manager
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sm-supervisor/sm/discord"
+	"github.com/sm-supervisor/sm/supervise"
+)
+
+// respawn starts the supervised process of s at its generation, as its
+// supervision asked (supervise.ActSpawn), and reports the outcome to it.
+// restart says the cluster has been restarted before; a cluster this manager
+// never spawned may have been another's, which died (restarted).
+func (m *Manager) respawn(s *slot, restart bool) {
+	reason := discord.ReasonRestart
+	if !restart && !m.restarted {
+		reason = discord.ReasonStart
+	}
+	p, err := m.spawn(s, s.gen, reason)
+	now := time.Now()
+	if err != nil {
+		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
+		m.do(s, s.sup.SpawnFailed(now, err.Error(), publicSpawnFailure(err)))
+		return
+	}
+	m.do(s, s.sup.Spawned(now, p))
+}
+
+// spawn starts a process for cluster s running generation gen's spec, with
+// the environment of the protocol and a fresh token. The caller tells s's
+// supervision (Spawned or DeploySpawned).
+func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error) {
+	sp, ok := m.specs[gen]
+	if !ok {
+		return nil, fmt.Errorf("no command known for generation %d", gen)
+	}
+	token := newToken()
+	p := &proc{seq: m.procSeq.Add(1), cluster: s.id, slot: s, gen: gen, tokenHash: hashToken(token), reason: reason}
+	env := append([]string{
+		"SM_SOCKET=" + m.cfg.Socket,
+		"SM_CLUSTER=" + strconv.Itoa(s.id),
+		"SM_GENERATION=" + strconv.FormatInt(gen, 10),
+		"SM_SHARD_FIRST=" + strconv.Itoa(s.first),
+		"SM_SHARD_LAST=" + strconv.Itoa(s.last),
+		"SM_TOTAL_SHARDS=" + strconv.Itoa(s.topo.Total),
+		"SM_TOKEN=" + token,
+	}, sp.env...)
+	process, err := m.spawner.Spawn(supervise.Spec{Argv: sp.argv, Env: env, Dir: sp.dir})
+	if err != nil {
+		return nil, err
+	}
+	p.process = process
+	p.startTime, _ = supervise.StartTime(process.PID())
+	m.procs[p.seq] = p
+	m.liveProcs.Add(1)
+	m.log.Info("cluster spawned", "cluster", s.id, "generation", gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
+	m.watchExit(p)
+	return p, nil
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// watchExit posts p's confirmed exit to the loop.
+func (m *Manager) watchExit(p *proc) {
+	go func() {
+		<-p.process.Exited()
+		m.post(evExit{p: p})
+	}()
+}
