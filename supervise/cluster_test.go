@@ -757,6 +757,44 @@ func TestClusterShutdown(t *testing.T) {
 	}
 }
 
+func TestClusterIgnores(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.serving()
+	// Events about a stranger change nothing.
+	id := 99
+	h.do(func() []Action[int] { return h.c.Heartbeat(h.now, id, true) })
+	h.do(func() []Action[int] { return h.c.Stop(h.now, id, "deploy") })
+	h.do(func() []Action[int] { return h.c.Quiesce(h.now, id) })
+	h.do(func() []Action[int] { return h.c.Activate(h.now, id) })
+	h.do(func() []Action[int] { return h.c.Exited(h.now, id, "") })
+	h.do(func() []Action[int] { return h.c.Due(h.now, TimerQuiesce, id) })
+	h.do(func() []Action[int] { return h.c.DeployRouted(h.now, id, true) })
+	// A process being stopped is not heard: not even its ready heartbeat.
+	h.do(func() []Action[int] { return h.c.Stop(h.now, 1, "deploy") }, "stop 1 deploy", "changed")
+	h.advance(time.Minute)
+	h.beat(1, true)
+	h.tick()
+	if pv, _ := h.c.Proc(1); !pv.LastBeat.Equal(t0) {
+		t.Errorf("a stopping process's heartbeat was recorded: %v", pv.LastBeat)
+	}
+}
+
+func TestClusterDeployUnroutesAndRetires(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.serving()
+	h.c.Take(h.now)
+	h.do(func() []Action[int] { return h.c.DeployRouted(h.now, 0, false) }, "unroute 1", "changed")
+	h.do(func() []Action[int] { return h.c.DeployRouted(h.now, 0, false) }) // nothing routed
+	h.exit(1, "changed")                                                    // owned: the deploy's to answer
+	h.do(func() []Action[int] { return h.c.Release(h.now) }, "spawn 2", "changed", "changed")
+	h.c.Take(h.now)
+	h.do(func() []Action[int] { return h.c.Retire(h.now) }, "stop 2 superseded by re-clustering", "changed")
+	h.exit(2, "changed")
+	if v := h.c.View(); v.HasCurrent || v.LastExit != "exit status 1" {
+		t.Fatalf("retired: %+v", v)
+	}
+}
+
 func TestStateOrder(t *testing.T) {
 	life := []State{StateStarting, StateRegistered, StateReady, StateQuiescing, StateStopping, StateExited}
 	for i, s := range life {
