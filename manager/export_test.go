@@ -1,8 +1,11 @@
 package manager
 
+import "context"
+
 // SpecCount is the number of generation commands m keeps, read on its loop.
 func SpecCount(m *Manager) int {
-	res := make(chan int, 1)
-	m.post(evFunc(func(m *Manager) { res <- len(m.specs) }))
-	return <-res
+	n, _ := ask(m, context.Background(), func(res chan<- int) event {
+		return evFunc(func(m *Manager) { res <- len(m.specs) })
+	})
+	return n
 }

@@ -1,6 +1,7 @@
-// Package supervise starts cluster processes in their own process groups, stops
-// them (SIGTERM, grace, SIGKILL, confirmed exit) and decides when a dead one is
-// restarted.
+// Package supervise is the supervision of cluster processes: what to do about
+// them, decided by one pure state machine per cluster (Cluster) and the
+// restart policy, and the processes themselves, started in their own process
+// groups and stopped (SIGTERM, grace, SIGKILL, confirmed exit).
 package supervise
 
 import (
