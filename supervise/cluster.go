@@ -165,7 +165,6 @@ type ProcView struct {
 	State     State
 	Routed    bool
 	Activated bool
-	Adopted   bool
 	Spawned   time.Time // or adopted
 	LastBeat  time.Time // its last heartbeat, or REGISTER, or spawn
 }
@@ -174,8 +173,6 @@ type ProcView struct {
 type View[P comparable] struct {
 	Current    P // the process supervised for the cluster, if HasCurrent
 	HasCurrent bool
-	Routed     P // the process routed, if IsRouted
-	IsRouted   bool
 	Owned      bool // a deploy is moving the cluster
 	Restarts   int  // restarts since the manager started
 	CrashLoop  bool
@@ -810,7 +807,7 @@ func (c *Cluster[P]) Proc(p P) (ProcView, bool) {
 	if m == nil {
 		return ProcView{State: StateExited}, false
 	}
-	return ProcView{State: m.state, Routed: m.routed, Activated: m.activated, Adopted: m.adopted,
+	return ProcView{State: m.state, Routed: m.routed, Activated: m.activated,
 		Spawned: m.spawned, LastBeat: m.lastBeat}, true
 }
 
@@ -821,9 +818,6 @@ func (c *Cluster[P]) View() View[P] {
 	if c.current != nil {
 		v.Current, v.HasCurrent = c.current.p, true
 	}
-	if m := c.routedMember(); m != nil {
-		v.Routed, v.IsRouted = m.p, true
-	}
 	return v
 }
 
@@ -832,6 +826,3 @@ func (c *Cluster[P]) Owned() bool { return c.owned }
 
 // IsCurrent reports whether p is the cluster's supervised process.
 func (c *Cluster[P]) IsCurrent(p P) bool { return c.current != nil && c.current.p == p }
-
-// Len returns how many processes of the cluster have not exited yet.
-func (c *Cluster[P]) Len() int { return len(c.procs) }
