@@ -208,7 +208,8 @@ type member[P comparable] struct {
 // concurrent use: one event loop feeds it.
 //
 // Its invariants, which its randomized test checks after every event: at
-// most one process is routed, and only a ready one; every process it is told
+// most one process is routed, and only a ready one; at most one is ACTIVE;
+// every process it is told
 // of is stopped or quiesced once nothing needs it and shutdown comes; a
 // restart waits within the backoff's bounds, and past the policy's
 // intensity the cluster is reported in a crash loop.

@@ -19,7 +19,8 @@ import (
 // survivors, and a deploy taking, spawning for, routing, activating,
 // retiring and releasing the cluster; it checks every invariant after every
 // event (fake.violations: never two processes routed, only a ready one;
-// every restart's delay within the backoff's bounds, and a crash loop
+// never two ACTIVE at once; every restart's delay within the backoff's
+// bounds, and a crash loop
 // reported past the intensity; a cluster nothing holds back always has a
 // process or a respawn due). Then it shuts the cluster down and checks that
 // every process it was ever told of is confirmed gone.
@@ -68,9 +69,12 @@ func TestClusterRandomized(t *testing.T) {
 		// A previous manager's survivors, sometimes.
 		if rapid.IntRange(0, 3).Draw(t, "adopt") == 0 {
 			note("adoption")
+			// As a manager that died mid-deploy leaves them: the routed one
+			// ACTIVE or not yet, and then the old one ACTIVE still.
 			routed := rapid.IntRange(-1, 2).Draw(t, "routed_survivor")
+			active := rapid.IntRange(-1, 2).Draw(t, "active_survivor")
 			for i := range rapid.IntRange(1, 3).Draw(t, "survivors") {
-				p := f.add(&fproc{id: f.newID(), adopted: true, wasRouted: i == routed, activated: i == routed})
+				p := f.add(&fproc{id: f.newID(), adopted: true, wasRouted: i == routed, activated: i == active})
 				f.c.Adopted(f.now, p.id, p.wasRouted, p.activated)
 			}
 			f.c.Adopting(f.now)
@@ -103,9 +107,17 @@ func TestClusterRandomized(t *testing.T) {
 				if err != nil {
 					return true
 				}
-				p.connected, p.registered = true, true
-				p.ready = p.ready || p.wasRouted // it was serving: ready as it was
+				p.connected, p.registered, p.greet = true, true, true
 				run(f.c.Registered(f.now, p.id))
+				return true
+			},
+			"greeted": func() bool { // its REGISTER reply went out; heartbeats may have come first
+				p := pick("greeted", func(p *fproc) bool { return p.greet })
+				if p == nil {
+					return false
+				}
+				p.greet = false
+				p.ready = p.ready || (p.wasRouted && p.alive()) // it was serving: ready as it was
 				beforeSpawn()
 				run(f.c.Greeted(f.now, p.id))
 				return true
@@ -244,7 +256,9 @@ func TestClusterRandomized(t *testing.T) {
 				return true
 			},
 			"deploy_activate": func() bool {
-				if !deploying || f.routed == 0 {
+				// A deploy ACTIVATEs its routed process once every other
+				// process of the cluster is gone.
+				if !deploying || f.routed == 0 || len(f.c.procs) > 1 {
 					return false
 				}
 				run(f.c.Activate(f.now, f.routed))
@@ -270,7 +284,7 @@ func TestClusterRandomized(t *testing.T) {
 			},
 		}
 		weighted := []string{
-			"register", "register", "register", "register_again", "heartbeat", "heartbeat", "heartbeat", "heartbeat",
+			"register", "register", "register", "greeted", "greeted", "register_again", "heartbeat", "heartbeat", "heartbeat", "heartbeat",
 			"frames", "disconnect", "quiesced", "exit", "exit", "exit", "exit", "advance", "advance", "advance",
 			"tick", "tick", "due", "due", "due", "stop", "quiesce", "adopt_done",
 			"take", "deploy_spawn", "deploy_route", "deploy_activate", "retire", "release",

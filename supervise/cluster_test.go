@@ -40,6 +40,7 @@ type fproc struct {
 	id                                   int
 	adopted, wasRouted, deploy           bool
 	connected, lost, registered, ready   bool
+	greet                                bool // registered, its Greeted not yet told
 	quiesceSent, quiesced, stopped, gone bool
 	activated                            bool
 }
@@ -296,6 +297,15 @@ func (f *fake) violations() []string {
 	}
 	if routed > 1 {
 		v = append(v, fmt.Sprintf("%d processes routed", routed))
+	}
+	active := 0
+	for _, p := range f.order {
+		if p.activated && !p.gone {
+			active++
+		}
+	}
+	if active > 1 {
+		v = append(v, fmt.Sprintf("%d processes ACTIVE at once", active))
 	}
 	if routed == 0 && f.routed != 0 {
 		v = append(v, fmt.Sprintf("the table routes %d, the cluster nothing", f.routed))
@@ -602,9 +612,12 @@ func TestClusterDeploy(t *testing.T) {
 		h.do(func() []Action[int] { return h.c.Quiesce(h.now, 1) }, "quiesce 1", "arm quiesce 1 +30s", "changed")
 		// The old one exits: the deploy hears of it first, ACTIVATEs the
 		// new one and releases the cluster; then supervision hears.
-		h.do(func() []Action[int] { return h.c.Activate(h.now, 2) }, "activate 2", "changed")
-		h.do(func() []Action[int] { return h.c.Release(h.now) }, "changed")
-		h.exit(1, "changed")
+		h.do(func() []Action[int] {
+			h.procs[1].gone = true
+			h.run(h.c.Activate(h.now, 2))
+			h.run(h.c.Release(h.now))
+			return h.c.Exited(h.now, 1, "exit status 0")
+		}, "activate 2", "changed", "changed", "changed")
 		if v := h.c.View(); !v.HasCurrent || v.Current != 2 || v.Owned || v.LastExit != "" {
 			t.Fatalf("after the release: %+v", v)
 		}
@@ -710,6 +723,24 @@ func TestClusterAdoption(t *testing.T) {
 		h.greeted(2, "quiesce 2", "arm quiesce 2 +30s", "changed")
 		h.exit(2, "activate 1", "changed") // the only one left
 	})
+	t.Run("ready before its reply went out", func(t *testing.T) {
+		// A survivor's first ready heartbeat can be taken on a tick before
+		// its Greeted: it is routed, but ACTIVATEd only once the stale
+		// survivor, still ACTIVE, is gone.
+		// The manager died mid-deploy: 1 routed, not ACTIVE yet; 2, the old
+		// generation, ACTIVE still.
+		h := newHarness(t, testRules())
+		for _, routed := range []bool{true, false} {
+			p := h.add(&fproc{id: h.newID(), adopted: true, wasRouted: routed, activated: !routed})
+			h.c.Adopted(h.now, p.id, routed, p.activated)
+		}
+		h.register(1, "changed")
+		h.beat(1, true, "route 1", "ready 1", "changed") // no ACTIVATE: 2 is ACTIVE and not even quiesced
+		h.greeted(1, "route 1", "changed")
+		h.register(2, "changed")
+		h.greeted(2, "quiesce 2", "arm quiesce 2 +30s", "changed")
+		h.exit(2, "activate 1", "changed")
+	})
 	t.Run("no survivor back", func(t *testing.T) {
 		h := newHarness(t, testRules())
 		p := h.add(&fproc{id: h.newID(), adopted: true})
@@ -757,6 +788,19 @@ func TestClusterShutdown(t *testing.T) {
 	if len(h.c.procs) != 0 {
 		t.Fatalf("%d processes left", len(h.c.procs))
 	}
+}
+
+func TestClusterActivationWaits(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.ensure("spawn 1", "changed")
+	h.register(1, "changed")
+	h.beat(1, true, "route 1", "activate 1", "ready 1", "changed")
+	// The ACTIVATE could not go out (a handoff may be on its way): 1 is not
+	// active until it is asked again.
+	h.procs[1].activated = false
+	h.do(func() []Action[int] { return h.c.ActivationWaits(h.now, 1) }, "changed")
+	h.do(func() []Action[int] { return h.c.ActivationWaits(h.now, 1) })
+	h.do(func() []Action[int] { return h.c.Activate(h.now, 1) }, "activate 1", "changed")
 }
 
 func TestClusterIgnores(t *testing.T) {
