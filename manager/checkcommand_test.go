@@ -1,13 +1,19 @@
 package manager_test
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/manager"
 )
 
 // badCommands are cluster commands that cannot run. DEPLOY refuses them here;
@@ -40,5 +46,50 @@ func TestDeployRefusesCommandThatCannotRun(t *testing.T) {
 	}
 	if st := e.MustStatus(); st.Deploy != nil || st.Generation != 1 {
 		t.Fatalf("a refused deploy left a trace: %+v", st.Deploy)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a logger may write from any goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSpawnFailureLogHasNoPath: logs at info are public, so a spawn that
+// fails logs why without the command's path or arguments; the detail is
+// only at DEBUG (and in the socket's STATUS).
+func TestSpawnFailureLogHasNoPath(t *testing.T) {
+	cfg := testConfig(t)
+	release := filepath.Join(t.TempDir(), "release-9c1e")
+	cfg.Cluster.Command = []string{filepath.Join(release, "bot"), "--secret-arg"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var info lockedBuffer
+	m := testenv.StartManager(t, manager.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(&info, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	testenv.WaitFor(t, 10*time.Second, "a spawn failure logged", func() bool {
+		return strings.Contains(info.String(), "spawn failed")
+	})
+	m.Stop()
+	log := info.String()
+	if !strings.Contains(log, "no such file or directory") {
+		t.Errorf("the log does not say why the spawn failed:\n%s", log)
+	}
+	for _, s := range []string{release, "release-9c1e", "--secret-arg"} {
+		if strings.Contains(log, s) {
+			t.Errorf("the info log holds %q:\n%s", s, log)
+		}
 	}
 }

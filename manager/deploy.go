@@ -223,8 +223,9 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 	m.do(s, s.sup.DeploySpawning(time.Now()))
 	p, err := m.spawn(s, gen, discord.ReasonDeploy)
 	if err != nil {
-		// The deploy's reason goes to the public feed: the detail only here.
-		m.log.Error("spawn failed", "cluster", s.id, "generation", gen, "err", err)
+		// The deploy's reason goes to the public feed: the detail only to the
+		// DEBUG log.
+		m.logSpawnFailure(s, gen, err)
 		return generation.ProcRef{}, errors.New(publicSpawnFailure(err))
 	}
 	m.do(s, s.sup.DeploySpawned(time.Now(), p))

@@ -23,11 +23,19 @@ func (m *Manager) respawn(s *slot, restart bool) {
 	p, err := m.spawn(s, s.gen, reason)
 	now := time.Now()
 	if err != nil {
-		m.log.Error("spawn failed", "cluster", s.id, "generation", s.gen, "err", err)
+		m.logSpawnFailure(s, s.gen, err)
 		m.do(s, s.sup.SpawnFailed(now, err.Error(), publicSpawnFailure(err)))
 		return
 	}
 	m.do(s, s.sup.Spawned(now, p))
+}
+
+// logSpawnFailure logs a failed spawn at ERROR without the command's path
+// or arguments (logs at info are public too), and the full error at DEBUG;
+// the socket's STATUS keeps it as the cluster's last_exit.
+func (m *Manager) logSpawnFailure(s *slot, gen int64, err error) {
+	m.log.Error("spawn failed", "cluster", s.id, "generation", gen, "reason", publicSpawnFailure(err))
+	m.log.Debug("spawn failed: detail", "cluster", s.id, "generation", gen, "err", err)
 }
 
 // spawn starts a process for cluster s running generation gen's spec, with
