@@ -228,7 +228,18 @@ func (s *sim) registeredWith(_ *ipc.Client, reply *ipc.Frame) {
 	s.reg.resume = resume
 	close(s.reg.changed)
 	s.reg.changed = make(chan struct{})
+	// A restarted manager says active:true for a process its predecessor
+	// recorded as activated. That record is made when the ACTIVATE is queued,
+	// so a manager killed just then leaves a process that never read it and
+	// would otherwise buffer dispatches for ever: the reply stands for it.
+	flushed := int64(-1)
+	if reg.Active != nil && *reg.Active {
+		flushed = s.st.activate()
+	}
 	s.mu.Unlock()
+	if flushed >= 0 {
+		s.log.Info("activated by the REGISTER reply (active:true): dispatching gateway events", "flushed", flushed)
+	}
 	offer(s.registered, reg)
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -380,5 +381,36 @@ func TestCancelIsCleanStop(t *testing.T) {
 	r.cancel()
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after cancel = %v", err)
+	}
+}
+
+// TestSimActiveOnReRegister: a process whose ACTIVATE its old manager queued
+// but never delivered is told active:true by the new manager's REGISTER reply,
+// and no second ACTIVATE comes; it must start dispatching on the reply alone.
+func TestSimActiveOnReRegister(t *testing.T) {
+	t.Parallel()
+	var regs atomic.Int32
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 30, Register: func(reg *ipc.Frame) *ipc.Frame {
+		active := regs.Add(1) > 1 // the second manager's record says activated
+		return harnesstest.AcceptingWith(30, map[string]any{"active": active})(reg)
+	}})
+	start(t, m, "--connect-delay=5ms", "--event-interval=2ms")
+	c := m.Accept(wait)
+	c.Expect(wait, "HEARTBEAT ready:true", isHeartbeat(true))
+	if s := stats(t, c, "s1"); s.Active || s.EventsDispatched != 0 {
+		t.Fatalf("before any ACTIVATE: %+v", s)
+	}
+	c.Drop()
+	c2 := m.Accept(wait)
+	deadline := time.Now().Add(wait)
+	for {
+		s := stats(t, c2, "s2")
+		if s.Active && s.EventsDispatched > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a REGISTER reply with active:true: %+v, want active and dispatching", s)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -70,6 +70,7 @@ func (m *Manager) admitCluster(c *conn, f *ipc.Frame) registerResult {
 		"active":                p.view().Activated,
 		"heartbeat_interval_ms": m.cfg.Heartbeat.Interval.Milliseconds(),
 		"heartbeat_timeout_ms":  m.cfg.Heartbeat.Timeout.Milliseconds(),
+		"max_frame_bytes":       m.cfg.Limits.MaxFrameBytes,
 		"identify": map[string]any{
 			"gate":            true,
 			"spacing_ms":      m.disc.gate.Spacing().Milliseconds(),

@@ -219,6 +219,7 @@ func (m *Manager) clientHello(c *conn) json.RawMessage {
 	t := m.Topology()
 	b, _ := json.Marshal(map[string]any{
 		"conn":               c.id,
+		"max_frame_bytes":    m.cfg.Limits.MaxFrameBytes,
 		"protocol":           1,
 		"total_shards":       t.Total,
 		"shards_per_cluster": t.PerCluster,

@@ -67,8 +67,8 @@ func TestRegisterReplyStartGatewayResume(t *testing.T) {
 	st := e.WaitReady()
 
 	first := waitRegs(t, dir, st.Clusters[1].PID, 1)[0]
-	if first.Start != "first" || len(first.Resume) != 0 || first.Active {
-		t.Fatalf("first start's reply: %+v", first)
+	if first.Start != "first" || len(first.Resume) != 0 || first.Active || first.MaxFrame != loaded.Limits.MaxFrameBytes {
+		t.Fatalf("first start's reply: %+v (max_frame_bytes: want %d)", first, loaded.Limits.MaxFrameBytes)
 	}
 	g := first.Gateway
 	if g == nil || g.URL != "wss://gateway.example.test" || g.Shards != 8 || g.SessionStartLimit.Total != 1000 ||
@@ -167,5 +167,34 @@ func TestResumeNotHandedAcrossShardCounts(t *testing.T) {
 	reg := waitRegs(t, dir, pid, 1)[0]
 	if reg.Start != "respawn" || reg.Total != 12 || len(reg.Resume) != 0 {
 		t.Fatalf("the respawn under 12 shards: start %q, total %d, resume %s; want none of the 8-shard sessions", reg.Start, reg.Total, reg.Resume)
+	}
+}
+
+// TestClientRegisterReply: a client's REGISTER reply tells it the topology in
+// force and the frame limit it must keep to.
+func TestClientRegisterReply(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.MaxFrameBytes = 200000
+	want := cfg.Topology
+	e := start(t, cfg)
+	rc := e.dialRaw("hello")
+	rc.send(`{"op":"REGISTER","id":"r","role":"client","name":"hello"}`)
+	f := rc.read(t, 5*time.Second)
+	var hello struct {
+		Protocol, Clusters, Total, PerCluster, MaxFrame int
+	}
+	var raw map[string]json.RawMessage
+	if f.ID != "r" || f.Error != nil || json.Unmarshal(f.Payload, &raw) != nil {
+		t.Fatalf("register: %s", ipc.Encode(f))
+	}
+	for k, dst := range map[string]*int{"protocol": &hello.Protocol, "clusters": &hello.Clusters, "total_shards": &hello.Total,
+		"shards_per_cluster": &hello.PerCluster, "max_frame_bytes": &hello.MaxFrame} {
+		if err := json.Unmarshal(raw[k], dst); err != nil {
+			t.Fatalf("%s in %s: %v", k, f.Payload, err)
+		}
+	}
+	if hello.Protocol != 1 || hello.Total != want.TotalShards || hello.PerCluster != want.ShardsPerCluster ||
+		hello.Clusters != (want.TotalShards+want.ShardsPerCluster-1)/want.ShardsPerCluster || hello.MaxFrame != 200000 {
+		t.Fatalf("client hello %+v from %s", hello, f.Payload)
 	}
 }

@@ -252,11 +252,12 @@ type botRecord struct {
 
 // botRegistration is the part of a REGISTER reply the tests read.
 type botRegistration struct {
-	Active  bool   `json:"active"`
-	Start   string `json:"start"`
-	Total   int    `json:"total_shards"`
-	Resume  []json.RawMessage
-	Gateway *struct {
+	Active   bool   `json:"active"`
+	MaxFrame int    `json:"max_frame_bytes"`
+	Start    string `json:"start"`
+	Total    int    `json:"total_shards"`
+	Resume   []json.RawMessage
+	Gateway  *struct {
 		URL               string `json:"url"`
 		Shards            int    `json:"shards"`
 		SessionStartLimit struct {
