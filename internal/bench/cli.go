@@ -72,7 +72,7 @@ func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	o := defaultRouteOptions
 	fs := newScenarioFlags("route", stderr, &o.ManagerBin, &o.HarnessBin)
 	fs.Var((*intList)(&o.InFlight), "inflight", "comma-separated in-flight counts, one case each")
-	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "direct/routed pairs per in-flight count; the summary takes the median (a shared machine is noisy)")
+	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of every case per in-flight count, in reversed order every other round; the summary takes the median (a shared machine is noisy)")
 	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load before each measured window")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured window of each case")
@@ -81,6 +81,7 @@ func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the idle manager is sampled")
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of the routed path's sm-manager to this file")
 	addPeerFlags(fs.FlagSet, &o)
+	addNodeFlags(fs.FlagSet, &o)
 	var err error
 	if o.Progress, err = fs.parse(args); err != nil {
 		return err

@@ -126,6 +126,12 @@ type peerCase struct {
 	RoutedReqPerS     float64            `json:"routed_req_per_s"`
 	Ratio             float64            `json:"ratio"`
 	RoutedCPUUSPerReq map[string]float64 `json:"routed_cpu_us_per_req,omitempty"`
+	// With --node: the Node case of the same round (sm routed to a Node
+	// cluster on @sm-supervisor/client), its throughput over the peer's, and
+	// its CPU per request (bench, manager, node).
+	NodeReqPerS     float64            `json:"node_req_per_s,omitempty"`
+	NodeRatio       float64            `json:"node_ratio,omitempty"`
+	NodeCPUUSPerReq map[string]float64 `json:"node_cpu_us_per_req,omitempty"`
 }
 
 // peerLine is the harness's JSON line.
@@ -172,8 +178,16 @@ type peerSummary struct {
 	RoutedManagerCPUUSPerReq float64 `json:"routed_manager_cpu_us_per_req,omitempty"`
 	PeerTotalCPUUSPerReq     float64 `json:"peer_total_cpu_us_per_req,omitempty"`
 	RoutedTotalCPUUSPerReq   float64 `json:"routed_total_cpu_us_per_req,omitempty"`
+	// With --node: medians over the rounds with a Node case of its req/s,
+	// its throughput over the peer's, and the CPU per request of its manager
+	// and of its three processes (bench + manager + node).
+	NodeRounds             int     `json:"node_rounds,omitempty"`
+	NodeReqPerS            float64 `json:"node_req_per_s,omitempty"`
+	NodeRatio              float64 `json:"node_ratio,omitempty"`
+	NodeManagerCPUUSPerReq float64 `json:"node_manager_cpu_us_per_req,omitempty"`
+	NodeTotalCPUUSPerReq   float64 `json:"node_total_cpu_us_per_req,omitempty"`
 	// Fastest marks the peer API with the highest median throughput at this
-	// in-flight count: the one the target is checked against.
+	// in-flight count: the one the targets are checked against.
 	Fastest bool `json:"fastest"`
 }
 
@@ -239,32 +253,17 @@ func findPeersDir(flagValue string) (string, error) {
 		}
 		return dir, err
 	}
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
+	dir, err := findBenchDir(filepath.Join("internal", "bench", "peers"), peerScript)
+	if err != nil {
+		return "", errors.New("internal/bench/peers not found above the working directory or sm-bench (pass --peers-dir)")
 	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, d := range starts {
-		for {
-			p := filepath.Join(d, "internal", "bench", "peers")
-			if _, err := os.Stat(filepath.Join(p, peerScript)); err == nil {
-				return p, nil
-			}
-			up := filepath.Dir(d)
-			if up == d {
-				break
-			}
-			d = up
-		}
-	}
-	return "", errors.New("internal/bench/peers not found above the working directory or sm-bench (pass --peers-dir)")
+	return dir, nil
 }
 
-// runPeerRound runs the peer harness at n in flight for round, after sm's
-// direct/routed pair of that round, and adds its cases to rep. A failure of
-// the harness is an error with --peers, else a note that ends the comparison.
+// runPeerRound runs the peer harness at n in flight for round, beside sm's
+// cases of that round, and adds its cases to rep (compareRound sets their
+// ratios once the round is over). A failure of the harness is an error with
+// --peers, else a note that ends the comparison.
 func (rep *routeReport) runPeerRound(ctx context.Context, o routeOptions, n, round int) error {
 	if rep.peer == nil {
 		return nil
@@ -272,27 +271,17 @@ func (rep *routeReport) runPeerRound(ctx context.Context, o routeOptions, n, rou
 	fmt.Fprintf(o.Progress, "route: %s (%s), %d in flight, round %d/%d: %v after %v warm-up each\n",
 		peerName, strings.Join(peerAPIs, ", "), n, round, o.Rounds, o.Duration, o.Warmup)
 	lines, err := rep.peer.run(ctx, o, n)
-	var routed routeCase
-	for _, c := range rep.Cases {
-		if c.Path == pathRouted && c.InFlight == n && c.Round == round {
-			routed = c
-		}
-	}
 	for _, l := range lines {
 		c := peerCase{
-			Scenario: "route", Path: "peer", Peer: l.Peer, Version: l.Version, API: l.API,
+			Scenario: "route", Path: pathPeer, Peer: l.Peer, Version: l.Version, API: l.API,
 			InFlight: l.InFlight, Round: round, PayloadBytes: l.PayloadBytes, WindowS: l.WindowS,
 			Requests: l.Requests, ReqPerS: l.ReqS, P50US: l.P50US, P99US: l.P99US,
 			Sent: l.Sent, OK: l.OK, Errors: l.Errors, BadPayload: l.BadPayload, Lost: l.Lost, FirstError: l.FirstError,
 			Mode: l.Mode, TotalShards: l.TotalShards, Clusters: l.Clusters, DiscordJS: l.DiscordJS, Node: l.Node,
-			RoutedReqPerS: routed.ReqPerS, RoutedCPUUSPerReq: routed.CPUUSPerReq,
 		}
 		if l.meter != nil && l.meter.err == nil {
 			c.CPUUSPerReq = l.meter.perRequest(l.Requests)
 			c.OthersCPUPercent = l.meter.othersPercent()
-		}
-		if c.ReqPerS > 0 {
-			c.Ratio = routed.ReqPerS / c.ReqPerS
 		}
 		rep.Peers = append(rep.Peers, c)
 	}
@@ -411,10 +400,17 @@ func (rep *routeReport) PeerSummaries() []peerSummary {
 		first := len(out)
 		for _, api := range peerAPIs {
 			var ratio, peer, routed, peerMgr, routedMgr, peerAll, routedAll []float64
+			var nodeRatio, nodeReqs, nodeMgr, nodeAll []float64
 			var version string
 			for _, c := range rep.Peers {
 				if c.InFlight != n || c.API != api || c.Ratio <= 0 {
 					continue
+				}
+				if c.NodeRatio > 0 {
+					nodeRatio, nodeReqs = append(nodeRatio, c.NodeRatio), append(nodeReqs, c.NodeReqPerS)
+					if len(c.NodeCPUUSPerReq) == 3 {
+						nodeMgr, nodeAll = append(nodeMgr, c.NodeCPUUSPerReq["manager"]), append(nodeAll, sumValues(c.NodeCPUUSPerReq))
+					}
 				}
 				ratio, peer, routed = append(ratio, c.Ratio), append(peer, c.ReqPerS), append(routed, c.RoutedReqPerS)
 				version = c.Version
@@ -434,6 +430,12 @@ func (rep *routeReport) PeerSummaries() []peerSummary {
 			if len(peerMgr) > 0 {
 				s.PeerManagerCPUUSPerReq, s.RoutedManagerCPUUSPerReq = median(peerMgr), median(routedMgr)
 				s.PeerTotalCPUUSPerReq, s.RoutedTotalCPUUSPerReq = median(peerAll), median(routedAll)
+			}
+			if len(nodeRatio) > 0 {
+				s.NodeRounds, s.NodeReqPerS, s.NodeRatio = len(nodeRatio), median(nodeReqs), median(nodeRatio)
+			}
+			if len(nodeMgr) > 0 {
+				s.NodeManagerCPUUSPerReq, s.NodeTotalCPUUSPerReq = median(nodeMgr), median(nodeAll)
 			}
 			out = append(out, s)
 		}
@@ -457,7 +459,7 @@ func (rep *routeReport) writePeerText(w io.Writer) {
 		fmt.Fprintf(w, "\npeer: %s %s (discord.js %s, Node %s), %s mode, totalShards %d in %d clusters, no login; cluster 0 → manager → cluster 1\n\n",
 			c.Peer, c.Version, c.DiscordJS, c.Node, c.Mode, c.TotalShards, c.Clusters)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "peer api\tin flight\tround\treq/s\tp50 µs\tp99 µs\tCPU µs/req: cluster 0\tmanager\tcluster 1\tok\terrors\tlost\tothers' CPU %\tsm routed req/s\tsm/peer\t")
+		fmt.Fprintln(tw, "peer api\tin flight\tround\treq/s\tp50 µs\tp99 µs\tCPU µs/req: cluster 0\tmanager\tcluster 1\tok\terrors\tlost\tothers' CPU %\tsm routed req/s\tsm/peer\tsm to Node/peer\t")
 		cpu := func(c peerCase, k string) string {
 			if v, ok := c.CPUUSPerReq[k]; ok {
 				return fmt.Sprintf("%.1f", v)
@@ -465,9 +467,9 @@ func (rep *routeReport) writePeerText(w io.Writer) {
 			return "-"
 		}
 		for _, c := range rep.Peers {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.2f×\t\n",
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.2f×\t%s\t\n",
 				c.API, c.InFlight, c.Round, c.ReqPerS, c.P50US, c.P99US, cpu(c, "client"), cpu(c, "manager"), cpu(c, "target"),
-				c.OK, c.Errors+c.BadPayload, c.Lost, c.OthersCPUPercent, c.RoutedReqPerS, c.Ratio)
+				c.OK, c.Errors+c.BadPayload, c.Lost, c.OthersCPUPercent, c.RoutedReqPerS, c.Ratio, nodeNote(c))
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
@@ -489,6 +491,26 @@ func (rep *routeReport) writePeerText(w io.Writer) {
 			}
 			fmt.Fprintf(w, "sm routed / %s %s at %d in flight: %.2f× (%.0f vs %.0f req/s%s%s)%s\n",
 				s.Peer, s.API, s.InFlight, s.Ratio, s.RoutedReqPerS, s.PeerReqPerS, rounds, cpu, note)
+		}
+		for _, s := range rep.PeerSummaries() {
+			if s.NodeRounds == 0 {
+				continue
+			}
+			note := ""
+			if s.Fastest && s.InFlight == 64 {
+				note = fmt.Sprintf("  (target: ≥ %.0f× its faster API → %s)", targetNodePeerRatio, met(s.NodeRatio >= targetNodePeerRatio))
+			}
+			rounds := ""
+			if s.NodeRounds > 1 {
+				rounds = fmt.Sprintf(", median of %d rounds", s.NodeRounds)
+			}
+			cpu := ""
+			if s.NodeManagerCPUUSPerReq > 0 && s.PeerManagerCPUUSPerReq > 0 {
+				cpu = fmt.Sprintf("; CPU µs/request: manager %.1f vs %.1f, all three processes %.0f vs %.0f",
+					s.NodeManagerCPUUSPerReq, s.PeerManagerCPUUSPerReq, s.NodeTotalCPUUSPerReq, s.PeerTotalCPUUSPerReq)
+			}
+			fmt.Fprintf(w, "sm routed to the Node cluster / %s %s at %d in flight: %.2f× (%.0f vs %.0f req/s%s%s)%s\n",
+				s.Peer, s.API, s.InFlight, s.NodeRatio, s.NodeReqPerS, s.PeerReqPerS, rounds, cpu, note)
 		}
 	}
 	if rep.PeerNote != "" {

@@ -64,9 +64,10 @@ func TestReadPeerLines(t *testing.T) {
 	}
 }
 
-// TestPeerComparison runs the route scenario with the peer harness, briefly.
-// It needs node and an installed internal/bench/peers (npm ci there); without them it
-// is skipped, so that go test never depends on npm or the network.
+// TestPeerComparison runs the route scenario with the peer harness and the
+// Node case, briefly. It needs node and an installed internal/bench/peers (npm
+// ci there); without them it is skipped, so that go test never depends on npm
+// or the network.
 func TestPeerComparison(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not on $PATH")
@@ -75,13 +76,14 @@ func TestPeerComparison(t *testing.T) {
 		t.Skip("internal/bench/peers/node_modules is missing (npm ci in internal/bench/peers)")
 	}
 	out := runScenario(t, 2*time.Minute, "route",
-		"--inflight=4", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--peers")
+		"--inflight=4", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--peers", "--node")
 	text := out.String()
 	var cases, summaries int
 	for _, line := range jsonLines(t, strings.NewReader(text)) {
 		var c struct {
 			peerCase
-			Fastest bool `json:"fastest"`
+			Fastest    bool `json:"fastest"`
+			NodeRounds int  `json:"node_rounds"`
 		}
 		if json.Unmarshal([]byte(line), &c) != nil {
 			continue
@@ -91,17 +93,21 @@ func TestPeerComparison(t *testing.T) {
 			cases++
 			if c.Version == "" || c.InFlight != 4 || c.PayloadBytes != 200 || c.OK == 0 || c.ReqPerS <= 0 || c.Ratio <= 0 ||
 				c.Errors+c.BadPayload+c.Lost > 0 || c.Mode != "process" || c.TotalShards != 2 || c.Clusters != 2 ||
-				c.CPUUSPerReq["manager"] <= 0 || c.CPUUSPerReq["client"] <= 0 || c.CPUUSPerReq["target"] <= 0 {
+				c.CPUUSPerReq["manager"] <= 0 || c.CPUUSPerReq["client"] <= 0 || c.CPUUSPerReq["target"] <= 0 ||
+				c.NodeRatio <= 0 || c.NodeCPUUSPerReq["node"] <= 0 {
 				t.Errorf("peer case: %s", line)
 			}
 		case "peer_summary":
 			summaries++
+			if c.NodeRounds != 1 || c.NodeRatio <= 0 {
+				t.Errorf("peer summary without the Node case: %s", line)
+			}
 		}
 	}
 	if cases != len(peerAPIs) || summaries != len(peerAPIs) {
 		t.Fatalf("%d peer cases and %d summaries, want %d each", cases, summaries, len(peerAPIs))
 	}
-	if !strings.Contains(text, "sm routed / discord-hybrid-sharding") {
+	if !strings.Contains(text, "sm routed / discord-hybrid-sharding") || !strings.Contains(text, "sm routed to the Node cluster / discord-hybrid-sharding") {
 		t.Error("no comparison in the text output")
 	}
 }

@@ -172,7 +172,10 @@ func (m *cpuMeter) perRequest(n uint64) map[string]float64 {
 }
 
 // othersPercent is the CPU the rest of the machine used over the window, in
-// percent of one core.
+// percent of one core. It is not clamped at 0 (issue 16): the machine's
+// counters (/proc/stat) and the processes' (utime+stime) are accounted
+// differently, and on this VM an otherwise idle machine reads some points
+// below 0; a clamp would hide as much interference.
 func (m *cpuMeter) othersPercent() float64 {
 	var ours time.Duration
 	var el time.Duration
@@ -184,7 +187,7 @@ func (m *cpuMeter) othersPercent() float64 {
 	if el <= 0 {
 		return 0
 	}
-	return max(0, 100*float64(m.machine[1]-m.machine[0]-ours)/float64(el))
+	return 100 * float64(m.machine[1]-m.machine[0]-ours) / float64(el)
 }
 
 // managerSample is a process's CPU and memory over a stretch of time, beside

@@ -22,7 +22,8 @@ func (r *routeReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "route: echo with a %d-byte payload, %v per case after %v warm-up; %d CPUs (%s)\n\n",
 		len(echoPayload(o.PayloadBytes)), o.Duration, o.Warmup, runtime.NumCPU(), cpuModel())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tin flight\tround\treq/s\tp50 µs\tp99 µs\tp99.9 µs\tCPU µs/req: bench\tharness\tmanager\tmanager RSS MiB\tok\terrors\tlost\tdup\tothers' CPU %\t")
+	// The cluster column is cluster-harness's, or on node rows the Node cluster's.
+	fmt.Fprintln(tw, "path\tin flight\tround\treq/s\tp50 µs\tp99 µs\tp99.9 µs\tCPU µs/req: bench\tcluster\tmanager\tmanager RSS MiB\tok\terrors\tlost\tdup\tothers' CPU %\t")
 	for _, c := range r.Cases {
 		mgrCPU, rss := "-", "-"
 		if v, ok := c.CPUUSPerReq["manager"]; ok {
@@ -31,7 +32,7 @@ func (r *routeReport) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t%s\t%d\t%d\t%d\t%d\t%.0f\t\n",
 			c.Path, c.InFlight, c.Round, c.ReqPerS, c.P50US, c.P99US, c.P999US,
-			c.CPUUSPerReq["bench"], c.CPUUSPerReq["harness"], mgrCPU, rss,
+			c.CPUUSPerReq["bench"], c.CPUUSPerReq["harness"]+c.CPUUSPerReq["node"], mgrCPU, rss,
 			c.OK, c.ErrorCount(), c.Lost, c.Duplicates, c.OthersCPUPercent)
 	}
 	tw.Flush()
@@ -51,6 +52,7 @@ func (r *routeReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "routed/direct at %d in flight: throughput %.2f, p50 %+.0f µs, manager %.1f µs CPU/request%s%s\n",
 			s.InFlight, s.ThroughputRatio, s.P50DiffUS, s.ManagerCPUUSPerReq, rounds, note)
 	}
+	r.writeNodeText(w)
 	r.writePeerText(w)
 	if len(r.Idle) > 0 {
 		fmt.Fprintln(w)
@@ -72,13 +74,16 @@ func met(ok bool) string {
 }
 
 // WriteJSON prints one JSON object per line: each case, each in-flight
-// count's summary, then each idle case.
+// count's summary and Node summary, the peer's lines, then each idle case.
 func (r *routeReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	if err := encodeEach(enc, r.Cases); err != nil {
 		return err
 	}
 	if err := encodeEach(enc, r.Summaries()); err != nil {
+		return err
+	}
+	if err := encodeEach(enc, r.NodeSummaries()); err != nil {
 		return err
 	}
 	if err := r.writePeerJSON(enc); err != nil {

@@ -21,7 +21,7 @@ type routeOptions struct {
 	HarnessBin string // cluster-harness binary
 
 	InFlight     []int         // requests in flight, one case per value and path
-	Rounds       int           // direct/routed pairs per in-flight count
+	Rounds       int           // rounds of every case per in-flight count
 	PayloadBytes int           // size of the echo payload (a JSON value)
 	Warmup       time.Duration // load before each measured window
 	Duration     time.Duration // each measured window
@@ -39,6 +39,14 @@ type routeOptions struct {
 	// Peers says whether to also run the peer harness (peers.go), from PeersDir.
 	Peers    peerMode
 	PeersDir string
+
+	// Node adds the Node case (nodecase.go): sm routed to a Node cluster on
+	// @sm-supervisor/client, NodeScript (default: found as nodeCommand says).
+	Node       bool
+	NodeScript string
+	// NodeCPUProfile, if set, is a directory where the Node cluster writes a
+	// V8 CPU profile (node --cpu-prof) as it exits.
+	NodeCPUProfile string
 
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
@@ -74,6 +82,7 @@ func (o routeOptions) withDefaults() routeOptions {
 const (
 	pathDirect = "direct" // bench ↔ cluster-harness
 	pathRouted = "routed" // bench ↔ sm-manager ↔ cluster-harness
+	pathPeer   = "peer"   // the peer harness (peers.go)
 )
 
 // routeCase is one measured case: a path at an in-flight count.
@@ -92,12 +101,14 @@ type routeCase struct {
 	MaxUS        float64 `json:"max_us"`
 	books
 	// CPUUSPerReq is each process's CPU time (utime+stime) over the window per
-	// request, in µs: bench (this process, the client), harness, and for the
-	// routed path manager.
+	// request, in µs: bench (this process, the client), harness (node on the
+	// Node path: the Node cluster), and for the routed paths manager.
 	CPUUSPerReq   map[string]float64 `json:"cpu_us_per_req"`
 	ManagerRSSKiB int64              `json:"manager_rss_kib,omitempty"`
 	// OthersCPUPercent is what every other process on the machine used during
-	// the window, in percent of one core: the noise on a shared machine.
+	// the window, in percent of one core: the noise on a shared machine. It is
+	// not clamped: the machine's counters and the processes' disagree by some
+	// points, so an idle machine can read below 0.
 	OthersCPUPercent float64 `json:"others_cpu_percent"`
 	// On routed cases: routed/direct throughput at the same in-flight count,
 	// and routed p50 minus direct p50.
@@ -183,6 +194,9 @@ type routeSetup struct {
 	direct        *directCluster
 	manager       *attachedManager
 	routedHarness int // pid of the manager's cluster process
+	// With --node: the Node case's own manager and its Node cluster's pid.
+	nodeManager *attachedManager
+	nodeCluster int
 }
 
 // runRoute runs the route scenario: the same echo load straight to a
@@ -203,9 +217,15 @@ func runRoute(ctx context.Context, o routeOptions) (*routeReport, error) {
 	if err := preparePeers(ctx, o, rep); err != nil {
 		return nil, err
 	}
+	var nodeArgv []string
+	if o.Node {
+		if nodeArgv, err = nodeCommand(o); err != nil {
+			return nil, err
+		}
+	}
 	harnessArgv := simHarness(o.HarnessBin)
 
-	if err := routeCases(ctx, o, dir, harnessArgv, rep); err != nil {
+	if err := routeCases(ctx, o, dir, harnessArgv, nodeArgv, rep); err != nil {
 		return rep, err
 	}
 	for _, n := range o.Clusters {
@@ -218,9 +238,11 @@ func runRoute(ctx context.Context, o routeOptions) (*routeReport, error) {
 	return rep, nil
 }
 
-// routeCases sets up both paths and measures every case, alternating direct
-// and routed so that drift on a shared machine hits both alike.
-func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv []string, rep *routeReport) (err error) {
+// routeCases sets up every path and measures every case: per in-flight count
+// and round, direct, routed, the Node case (nodeArgv, if not nil) and the
+// peer, in the order roundOrder gives, so that drift on a shared machine hits
+// them alike.
+func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, nodeArgv []string, rep *routeReport) (err error) {
 	logw, err := os.Create(filepath.Join(dir, "route.log"))
 	if err != nil {
 		return err
@@ -251,37 +273,88 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv []s
 	if s.routedHarness, err = pidOf(pongs[0]); err != nil {
 		return err
 	}
+	paths := []string{pathDirect, pathRouted}
+	if nodeArgv != nil {
+		fmt.Fprintf(o.Progress, "route: starting sm-manager with one Node cluster on @sm-supervisor/client (%s)\n", filepath.Base(nodeArgv[len(nodeArgv)-1]))
+		if s.nodeManager, s.nodeCluster, err = startNodeManager(ctx, o, dir, nodeArgv, logw); err != nil {
+			return err
+		}
+		paths = append(paths, pathNode)
+	}
 
 	payload := echoPayload(o.PayloadBytes)
 	req := ipc.Frame{Op: "echo", Target: "0", Payload: payload}
 	for _, n := range o.InFlight {
 		for round := 1; round <= o.Rounds; round++ {
-			var direct routeCase
-			for _, path := range []string{pathDirect, pathRouted} {
+			order := paths
+			if rep.peer != nil {
+				order = append(slices.Clone(paths), pathPeer)
+			}
+			order = roundOrder(order, round)
+			fmt.Fprintf(o.Progress, "route: %d in flight, round %d/%d: %s\n", n, round, o.Rounds, strings.Join(order, ", "))
+			for _, path := range order {
+				if path == pathPeer {
+					if err := rep.runPeerRound(ctx, o, n, round); err != nil {
+						return err
+					}
+					continue
+				}
 				p, pids := s.direct.pipe, map[string]int{"bench": os.Getpid(), "harness": s.direct.pid()}
-				if path == pathRouted {
+				switch path {
+				case pathRouted:
 					p, pids = s.manager.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
+				case pathNode:
+					p, pids = s.nodeManager.client, map[string]int{"bench": os.Getpid(), "node": s.nodeCluster, "manager": s.nodeManager.pid()}
 				}
 				fmt.Fprintf(o.Progress, "route: %s, %d in flight, round %d/%d: %v after %v warm-up\n", path, n, round, o.Rounds, o.Duration, o.Warmup)
 				c, err := measure(ctx, o, p, req, n, pids)
 				c.Path, c.Round = path, round
-				if path == pathDirect {
-					direct = c
-				} else if direct.ReqPerS > 0 {
-					c.ThroughputRatio = c.ReqPerS / direct.ReqPerS
-					c.P50DiffUS = c.P50US - direct.P50US
-				}
 				rep.Cases = append(rep.Cases, c)
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", path, n, err)
 				}
 			}
-			if err := rep.runPeerRound(ctx, o, n, round); err != nil {
-				return err
-			}
+			rep.compareRound(n, round)
 		}
 	}
 	return nil
+}
+
+// compareRound sets the ratios of the round's cases at n in flight, once they
+// have all run: routed against direct, and the peer's against routed and the
+// Node case.
+func (r *routeReport) compareRound(n, round int) {
+	var direct, routed, node *routeCase
+	for i := range r.Cases {
+		c := &r.Cases[i]
+		if c.InFlight != n || c.Round != round {
+			continue
+		}
+		switch c.Path {
+		case pathDirect:
+			direct = c
+		case pathRouted:
+			routed = c
+		case pathNode:
+			node = c
+		}
+	}
+	if routed != nil && direct != nil && direct.ReqPerS > 0 {
+		routed.ThroughputRatio = routed.ReqPerS / direct.ReqPerS
+		routed.P50DiffUS = routed.P50US - direct.P50US
+	}
+	for i := range r.Peers {
+		c := &r.Peers[i]
+		if c.InFlight != n || c.Round != round || c.ReqPerS <= 0 {
+			continue
+		}
+		if routed != nil {
+			c.RoutedReqPerS, c.RoutedCPUUSPerReq, c.Ratio = routed.ReqPerS, routed.CPUUSPerReq, routed.ReqPerS/c.ReqPerS
+		}
+		if node != nil {
+			c.NodeReqPerS, c.NodeCPUUSPerReq, c.NodeRatio = node.ReqPerS, node.CPUUSPerReq, node.ReqPerS/c.ReqPerS
+		}
+	}
 }
 
 // measure runs one case on p.
@@ -323,6 +396,9 @@ func measure(ctx context.Context, o routeOptions, p *pipe, req ipc.Frame, window
 
 func (s *routeSetup) stop() error {
 	var errs []error
+	if s.nodeManager != nil {
+		errs = append(errs, s.nodeManager.shutdown())
+	}
 	if s.manager != nil {
 		errs = append(errs, s.manager.shutdown())
 	}
