@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: vet, staticcheck, and every package's tests under the
-# race detector (fuzz seed corpora included). Needs the Go toolchain, and
-# Chromium for the status page's browser test: run as root, this installs
-# Debian's chromium package when it is missing (else that test is skipped).
+# The whole test suite: gofmt, vet, staticcheck, every Go package's tests under
+# the race detector (fuzz seed corpora included), and the Node package's tests
+# (clients/node, node:test, against real sm-manager processes and the real
+# @discordjs/ws). Needs the Go toolchain and Node 20+ with npm, and Chromium for
+# the status page's browser test: run as root, this installs Debian's chromium
+# package when it is missing (else that test is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,3 +29,8 @@ else
 fi
 echo "== go test -race"
 go test -race -count=1 -timeout 8m "$@" ./...
+echo "== node: clients/node"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	echo "node and npm (Node 20 or newer) are needed for the Node package's tests"; exit 1
+fi
+(cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm test)
