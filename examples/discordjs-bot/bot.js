@@ -27,8 +27,8 @@ const manager = new WebSocketManager(webSocketManagerOptions(sm, {
 // Dispatches reach the bot from ACTIVATE on (a deploy's new process replays
 // what the old one did not handle); ready once every shard is up; on QUIESCE
 // the shards close resumably and the process exits.
-attach(sm, manager, bot.onDispatch);
-sm.setStats(bot.stats); // shown in the manager's status feed
+const gate = attach(sm, manager, bot.onDispatch);
+sm.setStats(() => ({ ...bot.stats(), gate: gate.stats() })); // in the manager's status feed
 sm.handle('stats', () => bot.stats()); // a business op other processes can ask
 
 await manager.connect();

@@ -6,8 +6,10 @@
 //   (a) start: 0 op-9 violations, 0 GET /gateway/bot from the clusters
 //   (b) kill -9 of a cluster: its shards RESUME, no IDENTIFY, nothing lost
 //   (c) a DEPLOY: every event handled exactly once across both generations
-// and, with a manager of its own, (d) a session budget below the cluster's
-// shard count: a killed cluster still RESUMEs.
+// and, each with a manager of its own, (d) a session budget below the
+// cluster's shard count: a killed cluster still RESUMEs; (e) a deploy whose
+// new sessions overlap the old ones for a whole identify spacing: the handoff
+// skips exactly what the old generation handled.
 
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -88,40 +90,17 @@ describe('@discordjs/ws bot under sm-manager: start, kill -9, deploy', () => {
   test('(c) DEPLOY of all clusters: 0 dispatches lost, 0 handled by both generations', async () => {
     const identifies = gw.identifies.length;
     const resumes = gw.resumes.length;
-    const t0 = gw.now();
-    const reply = await sm.deploy({ maxParallel: 1 });
-    assert.equal(reply.generation, 2);
-    await sm.waitAll((c) => c.generation === 2 && c.state === 'ready' && c.activated, 120_000, 'generation 2 ready and activated everywhere');
-    await sm.waitDeploy('succeeded', 30_000);
-    await sleep(1000);
-    gw.pause();
-    const tEnd = gw.now();
-    const window = gw.generated.filter((g) => g.at >= t0 && g.at <= tEnd);
-    let handled;
-    await waitFor(() => {
-      handled = new Map();
-      for (const e of readEventLog(bot.logDir)) {
-        if (e.t === 'MESSAGE_CREATE') handled.set(e.id, [...(handled.get(e.id) ?? []), e]);
-      }
-      return window.every((g) => handled.has(g.id));
-    }, 10_000, 'every event of the deploy window handled').catch(() => {});
-    gw.pause(false);
-
-    const lost = window.filter((g) => !handled.has(g.id));
-    const twice = window.filter((g) => (handled.get(g.id)?.length ?? 0) > 1);
-    const byGen = { 1: 0, 2: 0 };
-    for (const g of window) for (const e of handled.get(g.id) ?? []) byGen[e.generation]++;
+    const r = await deployAndCount({ gw, bot, sm, clusters: 4 });
     Object.assign(report, {
-      deployEvents: window.length, deployLost: lost.length, deployTwice: twice.length, deployHandledByGen: byGen,
-      deployIdentifies: gw.identifies.length - identifies, deployViolations: gw.stats().violations,
+      deployEvents: r.window.length, deployLost: r.lost.length, deployTwice: r.twice.length, deployHandledByGen: r.byGen,
+      deployGates: r.gates, deployIdentifies: gw.identifies.length - identifies,
+      deployViolations: gw.violations.map((v) => ({ shard: v.shard, sinceMs: Math.round(v.sinceMs) })),
     });
-    assert.ok(window.length > 500, `only ${window.length} events in the deploy window`);
-    assert.ok(byGen[1] > 0 && byGen[2] > 0, 'both generations handled some');
-    assert.deepEqual(lost.map((g) => `${g.shard}:${g.n}`), [], 'lost in the deploy');
-    assert.deepEqual(twice.map((g) => `${g.shard}:${g.n} by ${handled.get(g.id).map((e) => `g${e.generation}/${e.pid}`)}`), [], 'handled twice in the deploy');
+    assert.ok(r.window.length > 500, `only ${r.window.length} events in the deploy window`);
+    r.assertExactlyOnce();
+    assert.deepEqual(gw.violations, [], 'op 9 for identifies too close');
     assert.equal(gw.identifies.length - identifies, 8, 'the new generation identified its own 8 sessions');
     assert.equal(gw.resumes.length, resumes, 'and resumed none');
-    assert.equal(gw.stats().violations, 0);
     assert.equal(gw.stats().gatewayBotCallsFromOthers, 0);
   });
 });
@@ -160,3 +139,82 @@ describe('a session budget below the cluster\'s shard count', () => {
     assert.equal(gw.stats().gatewayBotCallsFromOthers, 0);
   });
 });
+
+
+// With one identify bucket a new process's second shard identifies a whole
+// spacing after its first, so the first shard's new session receives 5 s of
+// events the old process is still handling: the handoff must skip exactly
+// those at ACTIVATE.
+describe('a deploy whose new sessions run beside the old ones for an identify spacing', () => {
+  let gw;
+  let bot;
+  let sm;
+  const report = {};
+
+  before(async () => {
+    gw = await startFakeGateway({ token: TOKEN, shards: 4, maxConcurrency: 1, heartbeatIntervalMs: 5000, dispatchIntervalMs: 50 });
+    bot = await prepareBot();
+    sm = await startSm({ gw, bot, token: TOKEN, totalShards: 4, perCluster: 2 });
+  });
+
+  after(async () => {
+    await sm?.stop();
+    await gw?.close();
+    await bot?.remove();
+    if (Object.keys(report).length) console.log('# e2e overlap measurements', JSON.stringify(report));
+  });
+
+  test('(e) the handoff skips what the old generation handled and replays the rest', async () => {
+    await sm.waitAll((c) => c.state === 'ready' && c.activated, 60_000, 'both clusters ready');
+    const r = await deployAndCount({ gw, bot, sm, clusters: 2 });
+    Object.assign(report, { events: r.window.length, lost: r.lost.length, twice: r.twice.length, byGen: r.byGen, gates: r.gates, violations: gw.violations.length });
+    r.assertExactlyOnce();
+    for (const g of r.gates) assert.ok(g.skipped >= 40, `cluster ${g.cluster}'s ACTIVATE skipped only ${g.skipped} handled dispatches`);
+    assert.deepEqual(gw.violations, []);
+  });
+});
+
+// Deploys every cluster (one at a time) and counts, for each event the fake
+// generated from the DEPLOY until a second after it ended, which processes
+// handled it. assertExactlyOnce() checks none was lost or handled twice.
+async function deployAndCount({ gw, bot, sm, clusters }) {
+  const t0 = gw.now();
+  const reply = await sm.deploy({ maxParallel: 1 });
+  const gen = reply.generation;
+  await sm.waitAll((c) => c.generation === gen && c.state === 'ready' && c.activated, 40_000 * clusters, `generation ${gen} ready and activated everywhere`);
+  await sm.waitDeploy('succeeded', 30_000);
+  await sleep(1000);
+  gw.pause();
+  const tEnd = gw.now();
+  const window = gw.generated.filter((g) => g.at >= t0 && g.at <= tEnd);
+  let handled;
+  await waitFor(() => {
+    handled = new Map();
+    for (const e of readEventLog(bot.logDir)) {
+      if (e.t === 'MESSAGE_CREATE') handled.set(e.id, [...(handled.get(e.id) ?? []), e]);
+    }
+    return window.every((g) => handled.has(g.id));
+  }, 10_000, 'every event of the deploy window handled').catch(() => {});
+  gw.pause(false);
+
+  const lost = window.filter((g) => !handled.has(g.id));
+  const twice = window.filter((g) => (handled.get(g.id)?.length ?? 0) > 1);
+  const byGen = {};
+  for (const g of window) for (const e of handled.get(g.id) ?? []) byGen[e.generation] = (byGen[e.generation] ?? 0) + 1;
+  // The new processes' dispatch gates (their heartbeat stats): what ACTIVATE replayed and skipped.
+  const gates = (await sm.status()).clusters.map((c) => ({ cluster: c.id, replayed: c.heartbeat?.gate?.replayed, skipped: c.heartbeat?.gate?.skipped }));
+  const story = (shard) => JSON.stringify({
+    identifies: gw.identifies.filter((i) => i.shard === shard).map(({ at, conn, accepted }) => ({ at: Math.round(at), conn, accepted })),
+    resumes: gw.resumes.filter((r) => r.shard === shard).map(({ at, conn, seq, accepted }) => ({ at: Math.round(at), conn, seq, accepted })),
+    closes: gw.closes.filter((c) => c.shard === shard).map(({ at, conn, code, by }) => ({ at: Math.round(at), conn, code, by })),
+  });
+  return {
+    window, lost, twice, byGen, gates,
+    assertExactlyOnce() {
+      assert.ok(byGen[gen - 1] > 0 && byGen[gen] > 0, `both generations handled some: ${JSON.stringify(byGen)}`);
+      assert.deepEqual(lost.map((g) => `${g.shard}:${g.n}`), [], 'lost in the deploy');
+      const why = twice.length ? `\ngates: ${JSON.stringify(gates)}\nmanager: ${sm.log().split('\n').filter((l) => /handoff|activat|quiesc/i.test(l)).join('\n')}` : '';
+      assert.deepEqual(twice.map((g) => `${g.shard}:${g.n} (at ${Math.round(g.at)}) by ${handled.get(g.id).map((e) => `g${e.generation}/${e.pid}/s${e.s}`)} ${story(g.shard)}`), [], `handled twice in the deploy${why}`);
+    },
+  };
+}
