@@ -124,4 +124,3 @@ func readSecret(file string) (string, error) {
 	}
 	return s, nil
 }
-
