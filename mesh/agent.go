@@ -137,6 +137,9 @@ func (a *Agent) step(ctx context.Context) {
 	}
 	if rev, err := a.Store.Announce(rctx, a.record(), rev); err == nil {
 		a.setHostRev(rev)
+	} else if errors.Is(err, ErrConflict) {
+		a.Log.Warn("mesh: host record lost; announcing again", "err", err)
+		a.setHostRev(0)
 	} else {
 		a.Log.Debug("mesh: host record not renewed", "err", err)
 	}

@@ -52,6 +52,7 @@ const (
 	Fence
 )
 
+// String names the kind, for logs and test failures.
 func (k Kind) String() string {
 	switch k {
 	case Take:

@@ -19,7 +19,8 @@ var ErrHostIDInUse = errors.New("another running manager has this host id")
 // live record of another boot holds is refused (ErrHostIDInUse; a host that
 // restarted waits until its old boot's record expires, at most a lease), and
 // every later one an update at rev, so two boots never take turns renewing
-// one record. It returns the new revision.
+// one record; an update that finds the record changed is ErrConflict. It
+// returns the new revision.
 func (s *Store) Announce(ctx context.Context, r HostRecord, rev uint64) (uint64, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -38,6 +39,11 @@ func (s *Store) Announce(ctx context.Context, r HostRecord, rev uint64) (uint64,
 		return n, nil
 	}
 	n, err := s.hosts.Update(ctx, r.Host, encode(r), rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || wrongLast(err) {
+		// Expired while this host was cut off, or taken by another boot:
+		// announce anew (rev 0), which tells the two apart.
+		return 0, fmt.Errorf("mesh: renewing host %s: %w", r.Host, ErrConflict)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("mesh: renewing host %s: %w", r.Host, err)
 	}

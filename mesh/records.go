@@ -17,6 +17,7 @@ type Holder struct {
 	Boot string `json:"boot"`
 }
 
+// String is host/boot, for logs.
 func (h Holder) String() string { return h.Host + "/" + h.Boot }
 
 // NewBootID returns a random boot id (128 bits, hex).
