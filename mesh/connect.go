@@ -66,10 +66,13 @@ func Connect(cfg config.Mesh, extra ...nats.Option) (*nats.Conn, error) {
 	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))
+		what += ", mesh.ca_file"
 	}
 	if cfg.CertFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
-		what += " and mesh.cert_file"
+		what += ", mesh.cert_file"
+	} else {
+		what += ", no client certificate"
 	}
 	nc, err := nats.Connect(cfg.NATSURL, append(opts, extra...)...)
 	if err != nil {
