@@ -92,8 +92,11 @@ func refused(err error) bool {
 		return true
 	}
 	s := strings.ToLower(err.Error())
+	// Under TLS 1.3 a server rejects a client certificate after the
+	// handshake, so the client may see its alert or only the closed
+	// connection, which nats.go then names so.
 	return strings.Contains(s, "authorization violation") || strings.Contains(s, "authentication") ||
-		strings.Contains(s, "certificate")
+		strings.Contains(s, "certificate") || strings.Contains(s, "closed by remote after tls handshake")
 }
 
 // readSecret reads a token or password file: a regular file with no
