@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +51,7 @@ func New(t testing.TB, hosts int) []*Host {
 		t.Skipf("netns: cannot make a network namespace here (%v: %s); skipping", err, strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", sw).Run() })
-	run(t, "ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", sw, "link", "add", "br0", "type", "bridge", "forward_delay", "0")
 	run(t, "ip", "-n", sw, "link", "set", "br0", "up")
 	var out []*Host
 	for i := range hosts {
@@ -66,7 +67,27 @@ func New(t testing.TB, hosts int) []*Host {
 		run(t, "ip", "-n", h.Name, "link", "set", "lo", "up")
 		out = append(out, h)
 	}
+	for _, h := range out {
+		h.waitUp()
+	}
 	return out
+}
+
+// waitUp waits, up to 10 s, for the kernel to report the host's link up
+// (carrier on both ends), which lags the command that set it up.
+func (h *Host) waitUp() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := exec.Command("ip", "-n", h.Name, "-o", "link", "show", "dev", h.link).Output()
+		if strings.Contains(string(b), "state UP") {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("netns: link of %s not up after 10s: %s", h.Name, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func run(t testing.TB, args ...string) {
@@ -82,8 +103,12 @@ func (h *Host) Exec() []string { return []string{"ip", "netns", "exec", h.Name} 
 // Cut sets the host's link down: nothing reaches it or leaves it until Heal.
 func (h *Host) Cut() { h.t.Helper(); run(h.t, "ip", "-n", h.Name, "link", "set", h.link, "down") }
 
-// Heal sets the host's link up again.
-func (h *Host) Heal() { h.t.Helper(); run(h.t, "ip", "-n", h.Name, "link", "set", h.link, "up") }
+// Heal sets the host's link up again, and waits until it is.
+func (h *Host) Heal() {
+	h.t.Helper()
+	run(h.t, "ip", "-n", h.Name, "link", "set", h.link, "up")
+	h.waitUp()
+}
 
 // inside runs fn on a thread that has entered the host's namespace. The
 // thread stays locked and dies with the goroutine, so no other goroutine

@@ -45,9 +45,22 @@ func TestLinkCutAndHeal(t *testing.T) {
 		_, err = io.ReadAll(c)
 		return err
 	}
-	if err := reach(); err != nil {
-		t.Fatalf("b cannot reach a: %v", err)
+	// A fresh link can take a moment to carry traffic (carrier, ARP).
+	reachSoon := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := reach()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("b cannot reach a %s: %v", what, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
+	reachSoon("at all")
 	// The addresses exist only inside the namespaces. (Nothing is sent
 	// from the test's own namespace to check: its default route leads off
 	// the machine.)
@@ -65,7 +78,5 @@ func TestLinkCutAndHeal(t *testing.T) {
 		t.Fatal("b reached a through a cut link")
 	}
 	a.Heal()
-	if err := reach(); err != nil {
-		t.Fatalf("b cannot reach a after the heal: %v", err)
-	}
+	reachSoon("after the heal")
 }
