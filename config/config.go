@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ type Config struct {
 	API       API       `toml:"api"`
 	State     State     `toml:"state"`
 	Discord   Discord   `toml:"discord"`
+	Mesh      Mesh      `toml:"mesh"`
 
 	// Path is the file the config was loaded from, for re-reading at DEPLOY.
 	Path string `toml:"-"`
@@ -222,6 +224,49 @@ type API struct {
 	RequestTimeout Duration `toml:"request_timeout"`
 }
 
+// Mesh is the [mesh] table: many hosts sharing one bot's clusters through a
+// NATS JetStream server (docs/multihost.md). An empty NATSURL, the default,
+// is a single host, and no other key of the table is then used.
+type Mesh struct {
+	// NATSURL is the NATS server, or a comma-separated list of servers of
+	// one NATS cluster ("nats://nats-1:4222,nats://nats-2:4222").
+	NATSURL string `toml:"nats_url"`
+	// Name is the mesh's name: hosts with the same name share its clusters.
+	// The JetStream buckets are named after it, so two bots can share a
+	// NATS server.
+	Name string `toml:"name"`
+	// HostID names this machine in the mesh; it must stay the same across
+	// restarts and differ from every other host's.
+	HostID string `toml:"host_id"`
+	// MaxClusters is this host's capacity; 0 is no limit.
+	MaxClusters int `toml:"max_clusters"`
+	// Lease is how long a cluster's ownership and a host's record last
+	// without renewal. The renewal interval and the fencing margin derive
+	// from it (mesh.TimingFor). Every host of a mesh must use the same.
+	Lease Duration `toml:"lease"`
+
+	// At most one of these authenticates to NATS: a credentials file (JWT
+	// and NKey seed), a file holding a token, or a user with a file holding
+	// the password.
+	CredsFile    string `toml:"creds_file"`
+	TokenFile    string `toml:"token_file"`
+	User         string `toml:"user"`
+	PasswordFile string `toml:"password_file"`
+
+	// CAFile verifies the server's certificate (and implies TLS); CertFile
+	// and KeyFile, set together, are this host's client certificate.
+	CAFile   string `toml:"ca_file"`
+	CertFile string `toml:"cert_file"`
+	KeyFile  string `toml:"key_file"`
+}
+
+// Enabled reports whether the manager joins a mesh.
+func (m Mesh) Enabled() bool { return m.NATSURL != "" }
+
+// meshName is what a mesh name and a host id may hold: the characters of a
+// JetStream bucket name and of one token of a NATS subject.
+var meshName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
 // Duration is a time.Duration written as a Go duration string ("1.5s").
 type Duration struct{ time.Duration }
 
@@ -316,6 +361,7 @@ func Default() Config {
 			ResumeMaxAge:    Duration{2 * time.Minute},
 		},
 		Admin: Admin{Listen: "127.0.0.1:7481"},
+		Mesh:  Mesh{Name: "sm", Lease: Duration{10 * time.Second}},
 		API: API{
 			Listen:         "127.0.0.1:7482",
 			TokenEnv:       "SM_API_TOKEN",
@@ -540,5 +586,58 @@ func (c *Config) Validate() error {
 	positive("api.write_timeout", c.API.WriteTimeout)
 	positive("api.idle_timeout", c.API.IdleTimeout)
 	positive("api.request_timeout", c.API.RequestTimeout)
+	c.Mesh.validate(bad)
 	return errors.Join(errs...)
+}
+
+// minLease is the shortest mesh.lease: a quarter of it is the fencing margin,
+// which must leave room for killing a process group and a scheduler's hiccup.
+const minLease = 2 * time.Second
+
+// validate checks the [mesh] table. Nothing is required of it on a single
+// host, but a value that is set must still be a valid one.
+func (m Mesh) validate(bad func(key, format string, args ...any)) {
+	if m.NATSURL != "" {
+		for i, s := range strings.Split(m.NATSURL, ",") {
+			// The errors never echo the URL: it might hold a password.
+			u, err := url.Parse(strings.TrimSpace(s))
+			if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
+				bad("mesh.nats_url", "server %d is not a nats:// or tls:// URL with a host", i+1)
+				continue
+			}
+			if u.User != nil {
+				bad("mesh.nats_url", "holds credentials; use mesh.creds_file, mesh.token_file or mesh.user and mesh.password_file")
+			}
+		}
+		if m.HostID == "" {
+			bad("mesh.host_id", "must name this host when mesh.nats_url is set")
+		}
+	}
+	if m.HostID != "" && !meshName.MatchString(m.HostID) {
+		bad("mesh.host_id", "%q must be 1 to 64 letters, digits, '-' or '_'", m.HostID)
+	}
+	if !meshName.MatchString(m.Name) {
+		bad("mesh.name", "%q must be 1 to 64 letters, digits, '-' or '_'", m.Name)
+	}
+	if m.MaxClusters < 0 {
+		bad("mesh.max_clusters", "must be 0 (no limit) or more, got %d", m.MaxClusters)
+	}
+	if m.Lease.Duration < minLease {
+		bad("mesh.lease", "must be at least %v, got %v", minLease, m.Lease.Duration)
+	}
+	auth := 0
+	for _, set := range []bool{m.CredsFile != "", m.TokenFile != "", m.User != ""} {
+		if set {
+			auth++
+		}
+	}
+	if auth > 1 {
+		bad("mesh.creds_file", "set at most one of mesh.creds_file, mesh.token_file and mesh.user")
+	}
+	if (m.User == "") != (m.PasswordFile == "") {
+		bad("mesh.password_file", "mesh.user and mesh.password_file go together")
+	}
+	if (m.CertFile == "") != (m.KeyFile == "") {
+		bad("mesh.cert_file", "mesh.cert_file and mesh.key_file go together")
+	}
 }

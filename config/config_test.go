@@ -124,6 +124,47 @@ max_queue_bytes = 4096
 	}
 }
 
+// TestMesh: a single host by default, and a full [mesh] table as written.
+func TestMesh(t *testing.T) {
+	def := config.Default()
+	if def.Mesh.Enabled() || def.Mesh.Lease.Duration != 10*time.Second || def.Mesh.Name != "sm" {
+		t.Fatalf("default mesh = %+v, want disabled, name sm, lease 10s", def.Mesh)
+	}
+	cfg, err := config.Parse(`
+[mesh]
+nats_url = "nats://n1:4222, tls://n2:4222"
+name = "bot-1"
+host_id = "host_a"
+max_clusters = 6
+lease = "4s"
+user = "sm"
+password_file = "/etc/sm/nats-password"
+ca_file = "/etc/sm/ca.pem"
+cert_file = "/etc/sm/host.pem"
+key_file = "/etc/sm/host.key"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Mesh{
+		NATSURL: "nats://n1:4222, tls://n2:4222", Name: "bot-1", HostID: "host_a", MaxClusters: 6,
+		Lease: config.Duration{Duration: 4 * time.Second}, User: "sm", PasswordFile: "/etc/sm/nats-password",
+		CAFile: "/etc/sm/ca.pem", CertFile: "/etc/sm/host.pem", KeyFile: "/etc/sm/host.key",
+	}
+	if cfg.Mesh != want || !cfg.Mesh.Enabled() {
+		t.Fatalf("mesh = %+v, want %+v", cfg.Mesh, want)
+	}
+	for _, doc := range []string{"[mesh]\ncreds_file = \"/c\"", "[mesh]\ntoken_file = \"/t\"", "[mesh]\nhost_id = \"a\""} {
+		if _, err := config.Parse(doc); err != nil {
+			t.Errorf("Parse(%q): %v", doc, err)
+		}
+	}
+	if _, err := config.Parse("[mesh]\nnats_url = \"nats://x\"\nhost_id = \"a\"\nleases = \"5s\""); err == nil ||
+		!strings.Contains(err.Error(), "mesh.leases") {
+		t.Fatalf("unknown mesh key: err = %v", err)
+	}
+}
+
 func TestFileMode(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
@@ -224,6 +265,22 @@ func TestValidationNamesKey(t *testing.T) {
 		{"api.idle_timeout", "[api]\nidle_timeout = \"0s\""},
 		{"api.request_timeout", "[api]\nrequest_timeout = \"0s\""},
 		{"state.adopt_window", "[state]\nadopt_window = \"0s\""},
+		{"mesh.nats_url", "[mesh]\nnats_url = \"http://x:4222\"\nhost_id = \"a\""},
+		{"mesh.nats_url", "[mesh]\nnats_url = \"nats://a:4222,nats:///\"\nhost_id = \"a\""},
+		{"mesh.nats_url", "[mesh]\nnats_url = \"nats://u:secret@x:4222\"\nhost_id = \"a\""},
+		{"mesh.host_id", "[mesh]\nnats_url = \"nats://x:4222\""},
+		{"mesh.host_id", "[mesh]\nhost_id = \"a.b\""},
+		{"mesh.host_id", "[mesh]\nhost_id = \"" + strings.Repeat("h", 65) + "\""},
+		{"mesh.name", "[mesh]\nname = \"\""},
+		{"mesh.name", "[mesh]\nname = \"my bot\""},
+		{"mesh.max_clusters", "[mesh]\nmax_clusters = -1"},
+		{"mesh.lease", "[mesh]\nlease = \"1s\""},
+		{"mesh.creds_file", "[mesh]\ncreds_file = \"/c\"\ntoken_file = \"/t\""},
+		{"mesh.creds_file", "[mesh]\ntoken_file = \"/t\"\nuser = \"u\"\npassword_file = \"/p\""},
+		{"mesh.password_file", "[mesh]\nuser = \"u\""},
+		{"mesh.password_file", "[mesh]\npassword_file = \"/p\""},
+		{"mesh.cert_file", "[mesh]\ncert_file = \"/c\""},
+		{"mesh.cert_file", "[mesh]\nkey_file = \"/k\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
