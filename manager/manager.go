@@ -128,6 +128,9 @@ func New(opts Options) (*Manager, error) {
 	if cfg == nil {
 		return nil, errors.New("manager: no config")
 	}
+	if err := checkMesh(cfg); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
 	sp, err := specOf(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
@@ -204,12 +207,30 @@ type spec struct {
 // and say so in STATUS, so that a command on a mount not there yet is no
 // reason to leave re-adopted clusters unsupervised.
 func CheckConfig(cfg *config.Config) error {
+	if err := checkMesh(cfg); err != nil {
+		return err
+	}
 	sp, err := specOf(cfg)
 	if err != nil {
 		return err
 	}
 	if err := supervise.CheckExecutable(sp.argv[0]); err != nil {
 		return fmt.Errorf("cluster.command: %w", err)
+	}
+	return nil
+}
+
+// ErrMeshNotWired refuses a config that sets [mesh] nats_url: package mesh
+// (leases, placement, fencing on NATS JetStream) is built and tested, but
+// sm-manager does not join a mesh yet (docs/multihost.md), and a manager
+// that ran every cluster while its operator believed them shared across
+// hosts would run them twice.
+var ErrMeshNotWired = errors.New("mesh.nats_url is set, but this sm-manager does not join a mesh yet (docs/multihost.md): leave it empty to run on one host")
+
+// checkMesh refuses what this manager cannot do with cfg's [mesh].
+func checkMesh(cfg *config.Config) error {
+	if cfg.Mesh.Enabled() {
+		return ErrMeshNotWired
 	}
 	return nil
 }

@@ -209,3 +209,26 @@ func TestCheckRefusesCommandThatCannotRun(t *testing.T) {
 		t.Errorf("a runnable command: -check = %v:\n%s", err, out)
 	}
 }
+
+// TestMeshNotYetJoined: package mesh exists, but sm-manager does not join a
+// mesh yet; a file that asks it to is refused, by -check and at start, rather
+// than run every cluster on each host.
+func TestMeshNotYetJoined(t *testing.T) {
+	dir := t.TempDir()
+	doc := fmt.Sprintf("socket = %q\n[topology]\ntotal_shards = 2\nshards_per_cluster = 2\n[cluster]\ncommand = [%q]\n"+
+		"[mesh]\nnats_url = \"nats://127.0.0.1:4222\"\nhost_id = \"a\"\n",
+		filepath.Join(dir, "sm.sock"), testenv.Bin("cluster-harness"))
+	path := filepath.Join(dir, "sm.toml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"-config", path, "-check"}, {"-config", path}} {
+		out, err := exec.Command(testenv.Bin("sm-manager"), args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "does not join a mesh yet") {
+			t.Errorf("sm-manager %v = %v:\n%s", args, err, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sm.sock")); err == nil {
+		t.Errorf("the refused manager made its socket")
+	}
+}
