@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -355,7 +356,7 @@ func Default() Config {
 		State:  State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
 			APIBaseURL:      "https://discord.com/api/v10",
-			IdentifySpacing: Duration{5250 * time.Millisecond}, // Discord's 5s + 250ms margin
+			IdentifySpacing: Duration{discord.DefaultSpacing}, // Discord's 5s + a 500ms margin
 			IdentifyTimeout: Duration{10 * time.Minute},
 			BudgetFloor:     100,
 			ResumeMaxAge:    Duration{2 * time.Minute},

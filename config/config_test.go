@@ -40,8 +40,8 @@ func TestDefaultIdentifySpacingHasMargin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Discord.IdentifySpacing.Duration; got != 5250*time.Millisecond {
-		t.Fatalf("default discord.identify_spacing = %v, want 5.25s", got)
+	if got := cfg.Discord.IdentifySpacing.Duration; got != 5500*time.Millisecond {
+		t.Fatalf("default discord.identify_spacing = %v, want 5.5s", got)
 	}
 }
 

@@ -269,7 +269,7 @@ func TestGateSetMaxConcurrency(t *testing.T) {
 func TestGateDefaultsAndErrors(t *testing.T) {
 	g := discord.NewGate[int](0, 0)
 	// A missing setting gets the margin too, never Discord's bare 5 s.
-	if g.Spacing() != 5250*time.Millisecond || g.Spacing() != discord.DefaultSpacing || g.MaxConcurrency() != 1 {
+	if g.Spacing() != 5500*time.Millisecond || g.Spacing() != discord.DefaultSpacing || g.MaxConcurrency() != 1 {
 		t.Errorf("NewGate(0, 0): spacing %v, max_concurrency %d", g.Spacing(), g.MaxConcurrency())
 	}
 	if tk, err := g.Ask(-1, t0, 0); !errors.Is(err, discord.ErrBadShard) || tk != 0 {

@@ -41,7 +41,7 @@ export { HANDOFF_DEPTH, dispatchHash } from './handoff.js';
 export const RESUMABLE_CLOSE_CODE = 4200;
 
 /** Identify spacing used when the manager has no gate (an older manager). */
-const LOCAL_SPACING_MS = 5250;
+const LOCAL_SPACING_MS = 5500;
 
 const GATEWAY_BOT_ROUTE = '/gateway/bot';
 
@@ -141,7 +141,7 @@ class SessionStore {
  * (`budget_refused`: retryMs; a timeout: at once; quiescing: until the
  * library gives up), since @discordjs/ws would IDENTIFY anyway after any
  * other rejection. Without a gate (an older manager) it spaces identifies
- * per bucket itself, 5.25 s apart.
+ * per bucket itself, 5.5 s apart.
  */
 export function identifyThrottler(cluster, { retryMs = 30_000, logger } = {}) {
   let t = throttlers.get(cluster);
