@@ -34,7 +34,7 @@ func LoadToken(cfg config.API, getenv func(string) string, log *slog.Logger) (st
 			return "", fmt.Errorf("%w: %v", ErrNoToken, err)
 		}
 		if fi, err := os.Stat(cfg.TokenFile); err == nil && fi.Mode().Perm()&0o007 != 0 && log != nil {
-			log.Warn("API token file is readable by other users", "path", cfg.TokenFile, "mode", fi.Mode().Perm().String())
+			log.Warn("API token file (api.token_file) is readable by other users", "mode", fi.Mode().Perm().String())
 		}
 		tok = strings.TrimSpace(string(b))
 	case cfg.TokenEnv != "":

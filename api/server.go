@@ -151,7 +151,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
-	s.log.Info("sm-api serving", "addr", ln.Addr().String(), "socket", s.socket)
+	s.log.Info("sm-api serving", "addr", ln.Addr().String())
+	s.log.Debug("sm-api's manager socket", "socket", s.socket)
 
 	var err error
 	select {
@@ -185,7 +186,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 func (s *Server) onConnect(_ *ipc.Client, _ *ipc.Frame) {
 	s.metrics.connects.Inc()
 	s.state.reset()
-	s.log.Info("connected to the manager", "socket", s.socket)
+	s.log.Info("connected to the manager")
 	s.needWatch()
 }
 

@@ -75,7 +75,9 @@ func runBridge(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("start %q: %w", cfg.Command[0], err)
 	}
 	b.log = b.log.With("child", cmd.Process.Pid)
-	b.log.Info("child started", "command", cfg.Command)
+	// Logs at info are public: the command line goes to DEBUG only.
+	b.log.Info("child started")
+	b.log.Debug("child command", "command", cfg.Command)
 	b.client = newClient(cfg, b.log, b.toChild, b.registered)
 
 	quit := make(chan struct{})

@@ -119,7 +119,8 @@ func fromFiles(files []*os.File, cfg *config.Config, log *slog.Logger) (ipc, sta
 		if got != want {
 			errs = append(errs, fmt.Errorf("socket activation: systemd passed the socket %s but the config's socket is %s (clusters are told the config's path): make them the same", got, want))
 		} else {
-			log.Info("serving the IPC socket systemd passed", "socket", got)
+			log.Info("serving the IPC socket systemd passed")
+			log.Debug("the IPC socket systemd passed", "socket", got)
 		}
 	}
 	if status != nil {

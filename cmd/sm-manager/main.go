@@ -106,7 +106,9 @@ func run() error {
 	defer stop()
 	endNotify := notify.Start(ctx, m) // READY, STATUS, watchdog; STOPPING=1 on SIGTERM
 	defer endNotify()
-	log.Info("sm-manager serving", "socket", cfg.Socket, "topology", cfg.Topology.Generation().String(), "pid", os.Getpid())
+	// Logs at info are public: the socket's path goes to DEBUG only.
+	log.Info("sm-manager serving", "topology", cfg.Topology.Generation().String(), "pid", os.Getpid())
+	log.Debug("sm-manager socket", "socket", cfg.Socket)
 	return runAll(ctx, log, cfg, m, reg, ln, statusLn, adminLn)
 }
 

@@ -99,6 +99,11 @@ func TestAutoTopology(t *testing.T) {
 		if strings.Contains(out.String(), testToken) {
 			t.Error("the bot token appears in the manager's output")
 		}
+		// Logs at info are public: no path (the socket's and the command's
+		// are under dir).
+		if strings.Contains(out.String(), dir) {
+			t.Errorf("a path under %s appears in the output at info:\n%s", dir, out.String())
+		}
 	}()
 	var c *ipc.Client
 	deadline := time.Now().Add(10 * time.Second)
