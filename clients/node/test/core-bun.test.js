@@ -1,8 +1,9 @@
 // The package under Bun: the fixture cluster run by `bun` under a real
 // sm-manager (requests, identify, re-adoption after SIGKILL of the manager,
-// a DEPLOY's QUIESCE/ACTIVATE), and a role client run by `bun`. Bun is not a
-// dependency: these run when $SM_TEST_BUN names a bun binary or `bun` is on
-// PATH, and are skipped otherwise.
+// a DEPLOY's QUIESCE/ACTIVATE), and a role client run by `bun`. Bun is a
+// devDependency (npm's bun package ships the binary), and `npm test` puts
+// node_modules/.bin on PATH, so these run there; $SM_TEST_BUN names another
+// bun binary; without any they are skipped.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
