@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,7 +194,7 @@ func TestGatewayBot429(t *testing.T) {
 			c := f.client(&sleeps)
 			c.MaxRetries = tt.maxRetries
 			gb, err := c.GatewayBot(context.Background())
-			if !equalDurations(sleeps, tt.wantSleeps) {
+			if !slices.Equal(sleeps, tt.wantSleeps) {
 				t.Errorf("slept %v, want %v", sleeps, tt.wantSleeps)
 			}
 			if tt.wantErr {
@@ -342,16 +343,4 @@ func assertNoToken(t *testing.T, err error) {
 			}
 		}
 	}
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

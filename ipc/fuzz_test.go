@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -81,7 +82,7 @@ func FuzzReader(f *testing.F) {
 			got = append(got, string(line))
 		}
 		want, wantErr := modelFrames(data, max)
-		if !equalStrings(got, want) || err != wantErr {
+		if !slices.Equal(got, want) || err != wantErr {
 			t.Fatalf("max %d: got %q, %v; want %q, %v", max, got, err, want, wantErr)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -71,7 +72,7 @@ func TestReader(t *testing.T) {
 			t.Run(tt.name+"/"+rd.name, func(t *testing.T) {
 				r := ipc.NewReader(rd.wrap(strings.NewReader(tt.in)), max)
 				got, err := readAll(t, r)
-				if !equalStrings(got, tt.want) {
+				if !slices.Equal(got, tt.want) {
 					t.Errorf("frames = %q, want %q", got, tt.want)
 				}
 				if err != tt.wantErr {
@@ -80,18 +81,6 @@ func TestReader(t *testing.T) {
 			})
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestReaderLargeMax covers a limit above the 64 KiB read buffer, where a frame
@@ -164,7 +153,7 @@ func TestReaderResumesAfterError(t *testing.T) {
 			if errs == 0 {
 				t.Fatal("the flaky reader never failed; the test proves nothing")
 			}
-			if !equalStrings(got, tt.want) {
+			if !slices.Equal(got, tt.want) {
 				t.Errorf("frames = %q, want %q", got, tt.want)
 			}
 		})
@@ -192,7 +181,7 @@ func TestReaderTinyMax(t *testing.T) {
 	r := ipc.NewReader(strings.NewReader("abc\nabcd\nabcdefghijklmnopqrstuvwxyz\nab\n"), 3)
 	got, err := readAll(t, r)
 	want := []string{"abc", "<too large>", "<too large>", "ab"}
-	if !equalStrings(got, want) || err != io.EOF {
+	if !slices.Equal(got, want) || err != io.EOF {
 		t.Fatalf("frames = %q, err %v; want %q, EOF", got, err, want)
 	}
 }

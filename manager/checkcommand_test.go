@@ -1,12 +1,10 @@
 package manager_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,24 +47,6 @@ func TestDeployRefusesCommandThatCannotRun(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer a logger may write from any goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSpawnFailureLogHasNoPath: logs at info are public, so a spawn that
 // fails logs why without the command's path or arguments; the detail is
 // only at DEBUG (and in the socket's STATUS).
@@ -77,7 +57,7 @@ func TestSpawnFailureLogHasNoPath(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var info lockedBuffer
+	var info testenv.Buffer
 	m := testenv.StartManager(t, manager.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(&info, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	testenv.WaitFor(t, 10*time.Second, "a spawn failure logged", func() bool {
 		return strings.Contains(info.String(), "spawn failed")

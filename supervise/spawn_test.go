@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -84,29 +84,10 @@ func TestSpawnExitStatus(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writes of os/exec's copying
-// goroutines and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func TestSpawnSpec(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	s := supervise.ExecSpawner{Stdout: &out, Stderr: &errOut}
 	p := spawn(t, s, supervise.Spec{
 		Argv: []string{"/bin/sh", "-c", `echo "$SM_TEST_A $SM_TEST_B $(pwd -P)"; echo oops >&2`},
@@ -196,7 +177,7 @@ func TestSpawnLeaderExitKillsItsGroup(t *testing.T) {
 // killed, without waiting for the pipe to close.
 func TestSpawnLeaderExitKillsItsGroupWithOutputPipes(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testenv.Buffer
 	p, child, start, exit := backgroundChild(t, supervise.ExecSpawner{Stdout: &out, Stderr: &out}, false)
 	exit()
 	waitExited(t, p, 10*time.Second)
@@ -217,7 +198,7 @@ func TestSpawnLeaderExitKillsItsGroupWithOutputPipes(t *testing.T) {
 // at most a moment, and the status is still the leader's.
 func TestSpawnEscapedChildHoldingOutputPipes(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testenv.Buffer
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := spawn(t, supervise.ExecSpawner{Stdout: &out, Stderr: &out}, sh(`
 		setsid sleep 60 &

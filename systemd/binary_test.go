@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,31 +28,14 @@ func writeConfig(t *testing.T, dir string, cfg *config.Config) string {
 type proc struct {
 	t    *testing.T
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Buffer
 	done chan struct{}
 	err  error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func startProc(t *testing.T, env []string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(argv[0], argv[1:]...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: exec.Command(argv[0], argv[1:]...), out: &testenv.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
