@@ -15,8 +15,19 @@ import (
 // child, playing harnesstest.Bot.
 func startBridge(t *testing.T, m *harnesstest.Manager, flags ...string) *running {
 	t.Helper()
-	args := append(flags, "--exec", "--", os.Args[0], botArg)
+	args := append(flags, "--exec", "--", os.Args[0], harnesstest.BotArg)
 	return start(t, m, args...)
+}
+
+// startedBridge is startBridge on a default manager, once the child is up:
+// registered through the bridge and heartbeating.
+func startedBridge(t *testing.T) (*running, *harnesstest.Conn) {
+	t.Helper()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := startBridge(t, m)
+	c := m.Accept(wait)
+	c.ExpectOp(wait, ipc.OpHeartbeat)
+	return r, c
 }
 
 func TestBridgeRoundTrip(t *testing.T) {
@@ -61,10 +72,7 @@ func TestBridgeRoundTrip(t *testing.T) {
 
 func TestBridgeExitStatus(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := startBridge(t, m)
-	c := m.Accept(wait)
-	c.ExpectOp(wait, ipc.OpHeartbeat)
+	r, c := startedBridge(t)
 	c.Send(`{"op":"exit","payload":{"code":5}}`)
 	var exit *ExitError
 	if err := r.result(t, wait); !errors.As(err, &exit) || exit.Code != 5 {
@@ -74,10 +82,7 @@ func TestBridgeExitStatus(t *testing.T) {
 
 func TestBridgeCancelStopsChild(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := startBridge(t, m)
-	c := m.Accept(wait)
-	c.ExpectOp(wait, ipc.OpHeartbeat)
+	r, _ := startedBridge(t)
 	r.cancel()
 	if err := r.result(t, wait); err != nil {
 		t.Fatalf("Run after cancel = %v", err)

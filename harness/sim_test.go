@@ -58,6 +58,15 @@ func start(t *testing.T, m *harnesstest.Manager, args ...string) *running {
 	return r
 }
 
+// startAccepted is start against a manager with default options, once the
+// manager has accepted the harness's connection.
+func startAccepted(t *testing.T, args ...string) (*running, *harnesstest.Conn) {
+	t.Helper()
+	m := harnesstest.Start(t, harnesstest.Options{})
+	r := start(t, m, args...)
+	return r, m.Accept(wait)
+}
+
 // result waits for Run to return.
 func (r *running) result(t *testing.T, within time.Duration) error {
 	t.Helper()
@@ -216,9 +225,7 @@ func untilQuiesced(t *testing.T, c *harnesstest.Conn) []string {
 
 func TestSimQuiesceFinishesInFlight(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := start(t, m, "--connect-delay=0", "--op-delay=300ms")
-	c := m.Accept(wait)
+	r, c := startAccepted(t, "--connect-delay=0", "--op-delay=300ms")
 	// One connection, one reader: slow is in flight before QUIESCE is read.
 	c.Send(`{"op":"ping","id":"slow"}`)
 	c.Send(`{"op":"QUIESCE"}`)
@@ -235,9 +242,7 @@ func TestSimQuiesceFinishesInFlight(t *testing.T) {
 
 func TestSimSignalQuiesces(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := start(t, m, "--connect-delay=0", "--op-delay=100ms")
-	c := m.Accept(wait)
+	r, c := startAccepted(t, "--connect-delay=0", "--op-delay=100ms")
 	c.Send(`{"op":"ping","id":"inflight"}`)
 	barrier(t, c)
 	r.signals <- syscall.SIGTERM
@@ -251,9 +256,7 @@ func TestSimSignalQuiesces(t *testing.T) {
 
 func TestSimSignalShutdownIsBounded(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := start(t, m, "--connect-delay=0", "--op-delay=1h", "--shutdown-timeout=200ms")
-	c := m.Accept(wait)
+	r, c := startAccepted(t, "--connect-delay=0", "--op-delay=1h", "--shutdown-timeout=200ms")
 	c.Send(`{"op":"ping","id":"forever"}`)
 	barrier(t, c)
 	began := time.Now()
@@ -331,9 +334,7 @@ func TestSimHangAfter(t *testing.T) {
 
 func TestSimIgnoreQuiesce(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := start(t, m, "--connect-delay=0", "--ignore-quiesce")
-	c := m.Accept(wait)
+	r, c := startAccepted(t, "--connect-delay=0", "--ignore-quiesce")
 	c.Send(`{"op":"QUIESCE"}`)
 	r.signals <- syscall.SIGTERM
 	if p := request(t, c, `{"op":"ping","id":"p"}`); p.Error != nil {
@@ -373,9 +374,7 @@ func TestRegisterRefused(t *testing.T) {
 
 func TestCancelIsCleanStop(t *testing.T) {
 	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	r := start(t, m, "--op-delay=1h")
-	c := m.Accept(wait)
+	r, c := startAccepted(t, "--op-delay=1h")
 	c.Send(`{"op":"ping","id":"p"}`)
 	barrier(t, c)
 	r.cancel()

@@ -19,18 +19,10 @@ import (
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-// botArg, as the first argument, makes the test binary play harnesstest.Bot:
-// the child the built cluster-harness runs in --exec tests.
-const botArg = "harnesstest-bot"
-
+// The built cluster-harness runs this test binary as its --exec child
+// (harnesstest.BotArg), and race-built harnesses exit often: see BotMain.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == botArg {
-		os.Exit(harnesstest.Bot(os.Stdin, os.Stdout, os.Getenv))
-	}
-	// Race-built processes sleep a second at exit by default; these exit often.
-	if os.Getenv("GORACE") == "" {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
+	harnesstest.BotMain()
 	build := []string{"."}
 	if raceEnabled {
 		build = []string{"-race", "."}
@@ -103,7 +95,7 @@ func request(t *testing.T, c *harnesstest.Conn, id, raw string) *ipc.Frame {
 func TestExecBridge(t *testing.T) {
 	t.Parallel()
 	m := harnesstest.Start(t, harnesstest.Options{})
-	p := startHarness(t, m, nil, "--exec", "--", os.Args[0], botArg)
+	p := startHarness(t, m, nil, "--exec", "--", os.Args[0], harnesstest.BotArg)
 	c := m.Accept(wait)
 	if c.Register.Token != "secret-"+t.Name() || *c.Register.Cluster != 1 || *c.Register.Generation != 3 || c.Register.PID != p.cmd.Process.Pid {
 		t.Fatalf("REGISTER = %s", ipc.Encode(c.Register))

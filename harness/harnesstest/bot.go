@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -30,6 +31,26 @@ const (
 	// with the REPLY it gets.
 	BotOpIdentifyCancel = "identify_cancel"
 )
+
+// BotArg, as a test binary's first argument, makes BotMain run Bot instead of
+// the tests: the child of exec bridge tests (go-plugin's helper-process
+// pattern).
+const BotArg = "harnesstest-bot"
+
+// BotMain begins the TestMain of a package whose tests run the test binary
+// as the exec bridge's child. Called with BotArg first, it plays Bot on stdin
+// and stdout and exits, before the testing package prints anything.
+// Otherwise it sets GORACE=atexit_sleep_ms=0 unless GORACE is set: a -race
+// child sleeps a second at exit to let late races surface, and the children
+// here are short-lived processes whose exits the tests wait for.
+func BotMain() {
+	if len(os.Args) > 1 && os.Args[1] == BotArg {
+		os.Exit(Bot(os.Stdin, os.Stdout, os.Getenv))
+	}
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+}
 
 // Bot is the smallest bot the exec bridge can run, for tests that re-exec
 // their binary as the child: it reads frames as lines on in and writes frames
