@@ -117,18 +117,6 @@ func TestExecBridge(t *testing.T) {
 	}
 }
 
-func TestExecPassesChildStatus(t *testing.T) {
-	t.Parallel()
-	m := harnesstest.Start(t, harnesstest.Options{})
-	p := startHarness(t, m, nil, "--exec", "--", "sh", "-c", "echo from-child >&2; exit 4")
-	if code := p.exitCode(t); code != 4 {
-		t.Fatalf("exit status %d, want the child's 4", code)
-	}
-	if !strings.Contains(p.stderr.String(), "from-child") {
-		t.Errorf("child's stderr did not pass through: %s", p.stderr)
-	}
-}
-
 func TestSimulateSIGTERMQuiesces(t *testing.T) {
 	t.Parallel()
 	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 50})
@@ -148,62 +136,54 @@ func TestSimulateSIGTERMQuiesces(t *testing.T) {
 	}
 }
 
-func TestEnvFlags(t *testing.T) {
+// TestExitStatus: how the binary's exit status reports the harness's end,
+// with what its stderr must say.
+func TestExitStatus(t *testing.T) {
 	t.Parallel()
-	t.Run("exit-on-start", func(t *testing.T) {
-		t.Parallel()
-		m := harnesstest.Start(t, harnesstest.Options{})
-		p := startHarness(t, m, []string{"SM_HARNESS_FLAGS=--exit-on-start 7"})
-		if code := p.exitCode(t); code != 7 {
-			t.Fatalf("exit status %d, want 7", code)
-		}
-	})
-	t.Run("crash-after for this cluster only", func(t *testing.T) {
-		t.Parallel()
-		m := harnesstest.Start(t, harnesstest.Options{})
-		p := startHarness(t, m, []string{"SM_HARNESS_FLAGS_1=--crash-after 100ms", "SM_HARNESS_FLAGS_0=--exit-on-start 9"})
-		if code := p.exitCode(t); code != 3 {
-			t.Fatalf("exit status %d, want 3", code)
-		}
-	})
+	for _, tc := range []struct {
+		name       string
+		opts       harnesstest.Options
+		env, args  []string
+		want       int
+		wantStderr string
+	}{
+		{name: "exec passes the child's status", args: []string{"--exec", "--", "sh", "-c", "echo from-child >&2; exit 4"},
+			want: 4, wantStderr: "from-child"},
+		{name: "exit-on-start from SM_HARNESS_FLAGS", env: []string{"SM_HARNESS_FLAGS=--exit-on-start 7"}, want: 7},
+		{name: "crash-after for this cluster only", env: []string{"SM_HARNESS_FLAGS_1=--crash-after 100ms", "SM_HARNESS_FLAGS_0=--exit-on-start 9"},
+			want: 3},
+		{name: "register refused", opts: harnesstest.Options{Register: harnesstest.Refusing(ipc.CodeForbidden)},
+			want: 1, wantStderr: "register refused"},
+		{name: "bad environment", env: []string{"SM_TOTAL_SHARDS=x"}, want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := harnesstest.Start(t, tc.opts)
+			p := startHarness(t, m, tc.env, tc.args...)
+			if code := p.exitCode(t); code != tc.want {
+				t.Fatalf("exit status %d, want %d", code, tc.want)
+			}
+			if !strings.Contains(p.stderr.String(), tc.wantStderr) {
+				t.Errorf("stderr does not say %q: %s", tc.wantStderr, p.stderr)
+			}
+		})
+	}
 }
 
-func TestFailuresExitNonZero(t *testing.T) {
+func TestIgnoreQuiesceNeedsSIGKILL(t *testing.T) {
 	t.Parallel()
-	t.Run("register refused", func(t *testing.T) {
-		t.Parallel()
-		m := harnesstest.Start(t, harnesstest.Options{Register: harnesstest.Refusing(ipc.CodeForbidden)})
-		p := startHarness(t, m, nil)
-		if code := p.exitCode(t); code != 1 {
-			t.Fatalf("exit status %d, want 1", code)
-		}
-		if !strings.Contains(p.stderr.String(), "register refused") {
-			t.Errorf("stderr does not say why: %s", p.stderr)
-		}
-	})
-	t.Run("bad environment", func(t *testing.T) {
-		t.Parallel()
-		m := harnesstest.Start(t, harnesstest.Options{})
-		p := startHarness(t, m, []string{"SM_TOTAL_SHARDS=x"})
-		if code := p.exitCode(t); code != 1 {
-			t.Fatalf("exit status %d, want 1", code)
-		}
-	})
-	t.Run("ignore-quiesce needs SIGKILL", func(t *testing.T) {
-		t.Parallel()
-		m := harnesstest.Start(t, harnesstest.Options{})
-		p := startHarness(t, m, nil, "--ignore-quiesce", "--connect-delay=0")
-		c := m.Accept(wait)
-		c.Send(`{"op":"QUIESCE"}`)
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		if r := request(t, c, "p", `{"op":"ping","id":"p"}`); r.Error != nil {
-			t.Fatalf("ping after QUIESCE and SIGTERM: %v", r.Error)
-		}
-		p.cmd.Process.Kill()
-		if code := p.exitCode(t); code != -1 {
-			t.Fatalf("exit status %d, want death by SIGKILL", code)
-		}
-	})
+	m := harnesstest.Start(t, harnesstest.Options{})
+	p := startHarness(t, m, nil, "--ignore-quiesce", "--connect-delay=0")
+	c := m.Accept(wait)
+	c.Send(`{"op":"QUIESCE"}`)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if r := request(t, c, "p", `{"op":"ping","id":"p"}`); r.Error != nil {
+		t.Fatalf("ping after QUIESCE and SIGTERM: %v", r.Error)
+	}
+	p.cmd.Process.Kill()
+	if code := p.exitCode(t); code != -1 {
+		t.Fatalf("exit status %d, want death by SIGKILL", code)
+	}
 }
 
 func TestExecChildDiesWithHarness(t *testing.T) {
