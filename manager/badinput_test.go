@@ -59,6 +59,41 @@ func pingWorks(t *testing.T, rc *rawConn, id string) {
 	}
 }
 
+// refusal is a line a registered client sends and the error REPLY it must
+// get: the line's id (none if it has none or it cannot be read) and the code.
+type refusal struct{ line, id, code string }
+
+// expectRefused starts a manager with a bystander and, from a registered raw
+// client named name, sends each line (a subtest named by the line) and
+// expects its refusal, then a ping answered: the connection goes on. Last, the
+// bystander and the clusters must be undisturbed.
+func expectRefused(t *testing.T, name string, refusals ...refusal) *env {
+	t.Helper()
+	e := start(t, badConfig(t))
+	by := newBystander(t, e)
+	rc := e.rawClient(name)
+	for i, r := range refusals {
+		t.Run(r.line, func(t *testing.T) {
+			rc.send(r.line)
+			rc.expectError(t, r.id, r.code)
+			pingWorks(t, rc, "after-"+strconv.Itoa(i))
+		})
+	}
+	by.check()
+	return e
+}
+
+// queueConfig is testConfig with frames up to 128 KiB and a client's or
+// cluster's outbound queue bounded at 64 frames or 1 MiB, so a few frames
+// fill it.
+func queueConfig(t *testing.T) *config.Config {
+	cfg := testConfig(t)
+	cfg.Limits.MaxFrameBytes = 128 << 10
+	cfg.Limits.MaxQueue = 64
+	cfg.Limits.MaxQueueBytes = 1 << 20
+	return cfg
+}
+
 func TestBadInputGarbageBytes(t *testing.T) {
 	e := start(t, badConfig(t))
 	by := newBystander(t, e)
@@ -87,31 +122,19 @@ func TestBadInputGarbageBytes(t *testing.T) {
 }
 
 func TestBadInputMalformedFrames(t *testing.T) {
-	e := start(t, badConfig(t))
-	by := newBystander(t, e)
-	rc := e.rawClient("malformed")
-	for _, tc := range []struct {
-		name, line, id string
-	}{
-		{"not JSON", `hello, manager`, ""},
-		{"truncated JSON", `{"op":"ping","id":"3","target":"0"`, ""},
-		{"JSON array", `["op","ping"]`, ""},
-		{"JSON string", `"ping"`, ""},
-		{"JSON number", `42`, ""},
-		{"JSON null", `null`, ""},
-		{"missing op", `{"id":"7"}`, "7"},
-		{"empty op", `{"op":"","id":"8","target":"0"}`, "8"},
-		{"op not a string", `{"op":1,"id":"9"}`, "9"},
-		{"raw control char in a string", "{\"op\":\"ping\",\"id\":\"10\",\"target\":\"0\x01\"}", ""},
-		{"id not a string", `{"op":"ping","id":11,"target":"0"}`, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rc.send(tc.line)
-			rc.expectError(t, tc.id, ipc.CodeBadFrame)
-			pingWorks(t, rc, "after-"+tc.name)
-		})
-	}
-	by.check()
+	expectRefused(t, "malformed",
+		refusal{`hello, manager`, "", ipc.CodeBadFrame},                     // not JSON
+		refusal{`{"op":"ping","id":"3","target":"0"`, "", ipc.CodeBadFrame}, // truncated
+		refusal{`["op","ping"]`, "", ipc.CodeBadFrame},                      // an array
+		refusal{`"ping"`, "", ipc.CodeBadFrame},                             // a string
+		refusal{`42`, "", ipc.CodeBadFrame},                                 // a number
+		refusal{`null`, "", ipc.CodeBadFrame},
+		refusal{`{"id":"7"}`, "7", ipc.CodeBadFrame},                                          // no op
+		refusal{`{"op":"","id":"8","target":"0"}`, "8", ipc.CodeBadFrame},                     // an empty op
+		refusal{`{"op":1,"id":"9"}`, "9", ipc.CodeBadFrame},                                   // an op not a string
+		refusal{"{\"op\":\"ping\",\"id\":\"10\",\"target\":\"0\x01\"}", "", ipc.CodeBadFrame}, // a raw control character in a string
+		refusal{`{"op":"ping","id":11,"target":"0"}`, "", ipc.CodeBadFrame},                   // an id not a string
+	)
 }
 
 func TestBadInputOversizedFrames(t *testing.T) {
@@ -237,13 +260,7 @@ func TestBadInputClusterRegister(t *testing.T) {
 	cfg := badConfig(t)
 	// Cluster 3 runs a process that never connects, so its slot is free and
 	// its token unused: only the peer check stands between a thief and it.
-	script := filepath.Join(t.TempDir(), "cluster.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
-		"if [ \"$SM_CLUSTER\" = 3 ]; then exec sleep 60; fi\n"+
-		"exec '"+testenv.Bin("cluster-harness")+"' \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Cluster.Command = append([]string{script}, cfg.Cluster.Command[1:]...)
+	runFirst(t, cfg, 3, "exec sleep 60")
 	cfg.Heartbeat.StartTimeout = durationOf(time.Minute)
 	e := start(t, cfg)
 	by := newBystander(t, e, 0, 1, 2)
@@ -289,73 +306,43 @@ func TestBadInputClusterRegister(t *testing.T) {
 }
 
 func TestBadInputDuplicateRegister(t *testing.T) {
-	e := start(t, badConfig(t))
-	by := newBystander(t, e)
-	rc := e.rawClient("dup")
-	rc.send(`{"op":"REGISTER","id":"again","role":"client","name":"dup"}`)
-	rc.expectError(t, "again", ipc.CodeForbidden)
-	pingWorks(t, rc, "after-dup")
-	// Switching role is no way round it.
-	rc.send(`{"op":"REGISTER","id":"as-cluster","role":"cluster","cluster":0,"generation":1,"token":"x"}`)
-	rc.expectError(t, "as-cluster", ipc.CodeForbidden)
-	rc.send(`{"op":"REGISTER","role":"client","name":"dup"}`)
-	rc.expectError(t, "", ipc.CodeForbidden)
-	pingWorks(t, rc, "after-dup-2")
-	by.check()
+	expectRefused(t, "dup",
+		refusal{`{"op":"REGISTER","id":"again","role":"client","name":"dup"}`, "again", ipc.CodeForbidden},
+		// Switching role is no way round it.
+		refusal{`{"op":"REGISTER","id":"as-cluster","role":"cluster","cluster":0,"generation":1,"token":"x"}`, "as-cluster", ipc.CodeForbidden},
+		refusal{`{"op":"REGISTER","role":"client","name":"dup"}`, "", ipc.CodeForbidden},
+	)
 }
 
 func TestBadInputUnknownReplyID(t *testing.T) {
-	e := start(t, badConfig(t))
-	by := newBystander(t, e)
-	rc := e.rawClient("replier")
+	var refusals []refusal
 	for _, line := range []string{
 		`{"op":"REPLY","id":"nope","payload":{}}`,
 		`{"op":"REPLY","id":"1","payload":{}}`, // a plausible manager id: still not this client's to answer
 		`{"op":"REPLY","payload":{}}`,
 		`{"op":"REPLY","id":"2","error":{"code":"timeout","message":"x"}}`,
 	} {
-		rc.send(line)
-		rc.expectError(t, "", ipc.CodeUnknownID)
+		refusals = append(refusals, refusal{line, "", ipc.CodeUnknownID})
 	}
-	pingWorks(t, rc, "after-reply")
-	by.check()
+	expectRefused(t, "replier", refusals...)
 }
 
 func TestBadInputBadTarget(t *testing.T) {
-	e := start(t, badConfig(t))
-	by := newBystander(t, e)
-	rc := e.rawClient("targets")
-	for i, line := range []string{
-		`{"op":"ping","id":"%s"}`,
-		`{"op":"ping","id":"%s","target":""}`,
-		`{"op":"ping","id":"%s","target":"99"}`,
-		`{"op":"ping","id":"%s","target":"4"}`,
-		`{"op":"ping","id":"%s","target":"-1"}`,
-		`{"op":"ping","id":"%s","target":"+1"}`,
-		`{"op":"ping","id":"%s","target":"shard:999"}`,
-		`{"op":"ping","id":"%s","target":"shard:8"}`,
-		`{"op":"ping","id":"%s","target":"guild:abc"}`,
-		`{"op":"ping","id":"%s","target":"nowhere"}`,
-	} {
+	var refusals []refusal
+	for i, target := range []string{"", `,"target":""`, `,"target":"99"`, `,"target":"4"`, `,"target":"-1"`, `,"target":"+1"`,
+		`,"target":"shard:999"`, `,"target":"shard:8"`, `,"target":"guild:abc"`, `,"target":"nowhere"`} {
 		id := "t" + strconv.Itoa(i)
-		rc.send(fmt.Sprintf(line, id))
-		rc.expectError(t, id, ipc.CodeUnknownTarget)
+		refusals = append(refusals, refusal{`{"op":"ping","id":"` + id + `"` + target + `}`, id, ipc.CodeUnknownTarget})
 	}
 	// A notification (no id) to nowhere still learns why, without an id.
-	rc.send(`{"op":"ping","target":"99"}`)
-	rc.expectError(t, "", ipc.CodeUnknownTarget)
-	pingWorks(t, rc, "after-targets")
-	by.check()
+	refusals = append(refusals, refusal{`{"op":"ping","target":"99"}`, "", ipc.CodeUnknownTarget})
+	expectRefused(t, "targets", refusals...)
 }
 
 // A client that sends and never reads fills its outbound queue and is cut off;
 // while it is being fed, nobody else waits on it.
 func TestBadInputClientNeverReads(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Limits.MaxFrameBytes = 128 << 10
-	cfg.Limits.MaxQueue = 64
-	cfg.Limits.MaxQueueBytes = 1 << 20
-	e := start(t, cfg)
+	e := start(t, queueConfig(t))
 	by := newBystander(t, e)
 	slow := e.rawClient("never-reads")
 
@@ -412,10 +399,7 @@ feeding:
 // cut off: its queue is shared with everyone else's requests. The sender of
 // the requests that do not fit learns busy; the cluster stays.
 func TestBadInputRequestBurstDoesNotCutOffCluster(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Limits.MaxFrameBytes = 128 << 10
-	cfg.Limits.MaxQueue = 64
-	cfg.Limits.MaxQueueBytes = 1 << 20
+	cfg := queueConfig(t)
 	cfg.Heartbeat.Timeout = durationOf(3 * time.Second) // the pause is not a hang
 	e := start(t, cfg)
 	by := newBystander(t, e)
@@ -543,9 +527,7 @@ func TestBadInputUIDNotAllowed(t *testing.T) {
 }
 
 func TestBadInputStructuralOpsFromClient(t *testing.T) {
-	e := start(t, badConfig(t))
-	by := newBystander(t, e)
-	rc := e.rawClient("impostor")
+	var refusals []refusal
 	for _, tc := range []struct{ line, id string }{
 		{`{"op":"HEARTBEAT","id":"h","ready":true,"payload":{"fake":true}}`, "h"},
 		{`{"op":"HEARTBEAT","ready":false}`, ""},
@@ -556,17 +538,16 @@ func TestBadInputStructuralOpsFromClient(t *testing.T) {
 		{`{"op":"ACTIVATE","id":"a","target":"1"}`, "a"},
 		{`{"op":"ACTIVATE"}`, ""},
 	} {
-		rc.send(tc.line)
-		rc.expectError(t, tc.id, ipc.CodeForbidden)
+		refusals = append(refusals, refusal{tc.line, tc.id, ipc.CodeForbidden})
 	}
-	pingWorks(t, rc, "after-impostor")
-	// No cluster was quiesced, re-activated or fed a fake heartbeat.
+	e := expectRefused(t, "impostor", refusals...)
+	// No cluster was quiesced (the bystander's check), re-activated or fed a
+	// fake heartbeat.
 	for _, c := range e.MustStatus().Clusters {
 		if bytes.Contains(c.Heartbeat, []byte("fake")) {
 			t.Errorf("cluster %d shows the client's heartbeat payload", c.ID)
 		}
 	}
-	by.check()
 }
 
 func TestBadInputConnectionFlood(t *testing.T) {

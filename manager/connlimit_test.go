@@ -1,12 +1,9 @@
 package manager_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -17,13 +14,7 @@ func TestClientsCannotTakeAClustersConnection(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Limits.MaxConnections = 2
 	// Cluster 3 connects a second late: its connection is owed meanwhile.
-	script := filepath.Join(t.TempDir(), "cluster.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
-		"if [ \"$SM_CLUSTER\" = 3 ]; then sleep 1; fi\n"+
-		"exec '"+testenv.Bin("cluster-harness")+"' \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Cluster.Command = append([]string{script}, cfg.Cluster.Command[1:]...)
+	runFirst(t, cfg, 3, "sleep 1")
 	e := start(t, cfg)
 	e.WaitReady(0, 1, 2)
 	if st := e.MustStatus(); st.Clusters[3].State != "starting" {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,6 +33,20 @@ func testConfig(t *testing.T) *config.Config {
 	cfg := testenv.Config(t.TempDir())
 	cfg.State.Dir = filepath.Join(t.TempDir(), "state")
 	return cfg
+}
+
+// runFirst makes cfg's cluster command a script that, for that cluster only,
+// runs shell before it execs the harness (shell may exec something else
+// instead).
+func runFirst(t *testing.T, cfg *config.Config, cluster int, shell string) {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "cluster.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
+		"if [ \"$SM_CLUSTER\" = "+strconv.Itoa(cluster)+" ]; then "+shell+"; fi\n"+
+		"exec '"+testenv.Bin("cluster-harness")+"' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cluster.Command = append([]string{script}, cfg.Cluster.Command[1:]...)
 }
 
 func start(t *testing.T, cfg *config.Config) *env {
