@@ -14,6 +14,7 @@ import (
 
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/internal/testenv"
+	"github.com/sm-supervisor/sm/ipc"
 )
 
 func TestHealthReadyAndStatus(t *testing.T) {
@@ -296,15 +297,7 @@ func TestOps(t *testing.T) {
 	// To everyone, cluster 2 down: its result says so, the others answer.
 	r = a.post("/v1/broadcast/ping?timeout=3s", "")
 	want(t, "broadcast", r, 200, "")
-	var bc struct {
-		Results []struct {
-			Cluster int             `json:"cluster"`
-			Payload json.RawMessage `json:"payload"`
-			Error   *struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		} `json:"results"`
-	}
+	var bc ipc.Broadcast
 	if err := json.Unmarshal(r.body, &bc); err != nil || len(bc.Results) != 4 {
 		t.Fatalf("broadcast: %s (%v)", r.body, err)
 	}

@@ -123,6 +123,20 @@ func (e *Error) Error() string {
 	return e.Code + ": " + e.Message
 }
 
+// Broadcast is the payload of the REPLY to a request for TargetAll: one
+// result per cluster, in cluster order.
+type Broadcast struct {
+	Results []BroadcastResult `json:"results"`
+}
+
+// BroadcastResult is one cluster's part of a Broadcast: the payload its
+// process answered, or the error it (or the manager, for it) did.
+type BroadcastResult struct {
+	Cluster int             `json:"cluster"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+}
+
 // Errorf builds an *Error with a formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}

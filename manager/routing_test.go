@@ -74,30 +74,29 @@ func TestEchoPayloadByteForByte(t *testing.T) {
 	}
 }
 
-func TestBroadcast(t *testing.T) {
-	cfg := testConfig(t)
-	e := start(t, cfg)
-	e.WaitReady()
-	c := e.client("t")
-	r, err := request(t, c, "ping", "*", nil, 3*time.Second)
+// pingAll sends a ping to every cluster and decodes its one REPLY.
+func pingAll(t *testing.T, e *env) ipc.Broadcast {
+	t.Helper()
+	r, err := request(t, e.client("t"), "ping", ipc.TargetAll, nil, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all struct {
-		Results []struct {
-			Cluster int        `json:"cluster"`
-			Payload pong       `json:"payload"`
-			Error   *ipc.Error `json:"error"`
-		} `json:"results"`
-	}
+	var all ipc.Broadcast
 	if err := json.Unmarshal(r.Payload, &all); err != nil {
 		t.Fatalf("%s: %v", r.Payload, err)
 	}
 	if len(all.Results) != 4 {
 		t.Fatalf("got %d results, want 4: %s", len(all.Results), r.Payload)
 	}
-	for i, res := range all.Results {
-		if res.Cluster != i || res.Error != nil || res.Payload.Cluster != i {
+	return all
+}
+
+func TestBroadcast(t *testing.T) {
+	e := start(t, testConfig(t))
+	e.WaitReady()
+	for i, res := range pingAll(t, e).Results {
+		var p pong
+		if res.Cluster != i || res.Error != nil || json.Unmarshal(res.Payload, &p) != nil || p.Cluster != i {
 			t.Errorf("result %d = %+v", i, res)
 		}
 	}
@@ -112,22 +111,7 @@ func TestBroadcastWithOneClusterDown(t *testing.T) {
 		st := e.MustStatus()
 		return st.Clusters[0].Routed && st.Clusters[1].Routed && st.Clusters[3].Routed
 	})
-	c := e.client("t")
-	r, err := request(t, c, "ping", "*", nil, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all struct {
-		Results []struct {
-			Cluster int             `json:"cluster"`
-			Payload json.RawMessage `json:"payload"`
-			Error   *ipc.Error      `json:"error"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(r.Payload, &all); err != nil {
-		t.Fatal(err)
-	}
-	for i, res := range all.Results {
+	for i, res := range pingAll(t, e).Results {
 		if i == 2 {
 			if res.Error == nil || res.Error.Code != ipc.CodeUnavailable {
 				t.Errorf("cluster 2: got %+v, want unavailable", res)

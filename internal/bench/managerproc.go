@@ -180,13 +180,7 @@ func pingResults(target string, reply *ipc.Frame) ([]json.RawMessage, error) {
 	if target != ipc.TargetAll {
 		return []json.RawMessage{reply.Payload}, nil
 	}
-	var all struct {
-		Results []struct {
-			Cluster int             `json:"cluster"`
-			Payload json.RawMessage `json:"payload"`
-			Error   *ipc.Error      `json:"error"`
-		} `json:"results"`
-	}
+	var all ipc.Broadcast
 	if err := json.Unmarshal(reply.Payload, &all); err != nil {
 		return nil, fmt.Errorf("broadcast reply: %w", err)
 	}
