@@ -6,22 +6,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/sm-supervisor/sm/api"
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/cmdmain"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "sm-api:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("sm-api", run) }
 
 func run() error {
 	cfgPath := flag.String("config", "/etc/sm/sm.toml", "path of the TOML configuration (the manager's file; sm-api reads [api] and socket)")
@@ -32,7 +26,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, *logJSON)
+	log := cmdmain.Logger(cfg.LogLevel, *logJSON)
 	srv, err := api.New(api.Options{Config: cfg, Logger: log})
 	if err != nil {
 		return err
@@ -44,14 +38,4 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return srv.Run(ctx, ln)
-}
-
-func newLogger(level string, asJSON bool) *slog.Logger {
-	var lv slog.Level
-	lv.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: lv}
-	if asJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }

@@ -6,20 +6,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/sm-supervisor/sm/internal/bench"
+	"github.com/sm-supervisor/sm/internal/cmdmain"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "sm-bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("sm-bench", run) }
 
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -21,18 +21,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sm-supervisor/sm/config"
+	"github.com/sm-supervisor/sm/internal/cmdmain"
 	"github.com/sm-supervisor/sm/internal/cpuprofile"
 	"github.com/sm-supervisor/sm/manager"
 	"github.com/sm-supervisor/sm/statusws"
 	"github.com/sm-supervisor/sm/systemd"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "sm-manager:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("sm-manager", run) }
 
 func run() error {
 	cfgPath := flag.String("config", "/etc/sm/sm.toml", "path of the TOML configuration")
@@ -66,7 +62,7 @@ func run() error {
 		fmt.Println("configuration OK:", cfg.Path)
 		return nil
 	}
-	log := newLogger(cfg.LogLevel, *logJSON)
+	log := cmdmain.Logger(cfg.LogLevel, *logJSON)
 
 	// Discord's /gateway/bot, with a token: total_shards = "auto", the
 	// identify buckets and the session-start budget.
@@ -167,14 +163,4 @@ func usage() {
 		}
 	})
 	shown.PrintDefaults()
-}
-
-func newLogger(level string, asJSON bool) *slog.Logger {
-	var lv slog.Level
-	lv.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: lv}
-	if asJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
