@@ -28,50 +28,38 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 	mt := &metrics{
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sm_requests_forwarded_total",
-			Help: "Business ops forwarded to a cluster process.",
-		}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sm_requests_failed_total",
-			Help: "Requests answered with an error by the manager or a cluster, by error code.",
-		}, []string{"code"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sm_request_duration_seconds",
-			Help:    "Time from a request's arrival to its reply leaving the manager.",
-			Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12),
-		}),
-		restarts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sm_cluster_restarts_total",
-			Help: "Cluster processes respawned after an exit.",
-		}),
-		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sm_deploys_total",
-			Help: "Finished deploys by final state.",
-		}, []string{"state"}),
-		deployDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sm_deploy_duration_seconds",
-			Help:    "Wall time of finished deploys.",
-			Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
-		}),
+		forwarded: counter("sm_requests_forwarded_total", "Business ops forwarded to a cluster process."),
+		failed: counterVec("sm_requests_failed_total", "Requests answered with an error by the manager or a cluster, by error code.",
+			"code"),
+		latency: histogram("sm_request_duration_seconds", "Time from a request's arrival to its reply leaving the manager.",
+			prometheus.ExponentialBuckets(50e-6, 2.5, 12)),
+		restarts:  counter("sm_cluster_restarts_total", "Cluster processes respawned after an exit."),
+		deploys:   counterVec("sm_deploys_total", "Finished deploys by final state.", "state"),
+		deployDur: histogram("sm_deploy_duration_seconds", "Wall time of finished deploys.", prometheus.ExponentialBuckets(0.5, 2, 12)),
+
+		identifyGranted: counter("sm_identify_granted_total", "IDENTIFY slots granted by the identify gate (each spends a session start)."),
+		identifyRefused: counter("sm_identify_refused_total", "IDENTIFYs refused by the session-start budget governor."),
+		loopEvents:      counter("sm_loop_events_total", "Events the manager's event loop handled; a steady cluster's heartbeats are not events."),
 	}
-	mt.identifyGranted = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sm_identify_granted_total",
-		Help: "IDENTIFY slots granted by the identify gate (each spends a session start).",
-	})
-	mt.identifyRefused = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sm_identify_refused_total",
-		Help: "IDENTIFYs refused by the session-start budget governor.",
-	})
-	mt.loopEvents = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sm_loop_events_total",
-		Help: "Events the manager's event loop handled; a steady cluster's heartbeats are not events.",
-	})
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
 			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, collector{m})
 	}
 	return mt
+}
+
+// counter, counterVec and histogram make the manager's instruments from
+// their name and help (and labels, or buckets).
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 }
 
 // collector reports per-cluster state from a snapshot taken on the loop.
