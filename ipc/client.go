@@ -289,13 +289,21 @@ func (c *Client) WaitConnected(ctx context.Context) error {
 	}
 }
 
+// current is the connection, or ErrUnavailable while there is none.
+func (c *Client) current() (*Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil, ErrUnavailable
+	}
+	return c.conn, nil
+}
+
 // Send queues a frame with no reply expected.
 func (c *Client) Send(f *Frame) error {
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if conn == nil {
-		return ErrUnavailable
+	conn, err := c.current()
+	if err != nil {
+		return err
 	}
 	return conn.SendFrame(f)
 }
@@ -303,11 +311,9 @@ func (c *Client) Send(f *Frame) error {
 // Flush waits until every frame sent so far has been written to the socket,
 // so that it reaches the manager even if the process exits right after.
 func (c *Client) Flush(ctx context.Context) error {
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if conn == nil {
-		return ErrUnavailable
+	conn, err := c.current()
+	if err != nil {
+		return err
 	}
 	return conn.Flush(ctx)
 }

@@ -507,6 +507,8 @@ func (c *Conn) Flush(ctx context.Context) error {
 // maxSpare bounds the write buffer a Conn keeps between bursts.
 const maxSpare = 1 << 20
 
+// fail records err as the cause (unless there is one) and drops the queue:
+// the connection is closing.
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.cause == nil {
@@ -528,13 +530,7 @@ func (c *Conn) Close() {
 
 // Abort closes the socket at once, dropping anything queued, and records cause.
 func (c *Conn) Abort(cause error) {
-	c.mu.Lock()
-	if c.cause == nil {
-		c.cause = cause
-	}
-	c.closing = true
-	c.out = nil
-	c.mu.Unlock()
+	c.fail(cause)
 	c.nc.Close()
 	c.kick()
 }

@@ -77,28 +77,18 @@ func decodeFastInto(f *Frame, b []byte, d *Decoder, view bool) bool {
 		case keyTimeoutMS:
 			f.TimeoutMS, ok = s.Integer(64)
 		case keyCluster:
-			var v int64
-			if v, ok = s.Integer(strconv.IntSize); ok {
-				f.Cluster = Int(int(v))
-			}
+			f.Cluster, ok = intPointer(&s)
 		case keyGeneration:
 			var v int64
 			if v, ok = s.Integer(64); ok {
 				f.Generation = Int64(v)
 			}
 		case keyPID:
-			var v int64
-			v, ok = s.Integer(strconv.IntSize)
-			f.PID = int(v)
+			f.PID, ok = intValue(&s)
 		case keyMaxParallel:
-			var v int64
-			v, ok = s.Integer(strconv.IntSize)
-			f.MaxParallel = int(v)
+			f.MaxParallel, ok = intValue(&s)
 		case keyShard:
-			var v int64
-			if v, ok = s.Integer(strconv.IntSize); ok {
-				f.Shard = Int(int(v))
-			}
+			f.Shard, ok = intPointer(&s)
 		case keyReady:
 			var v bool
 			if v, ok = s.Bool(); ok {
@@ -118,6 +108,21 @@ func decodeFastInto(f *Frame, b []byte, d *Decoder, view bool) bool {
 	}
 	s.WS()
 	return s.Done()
+}
+
+// intValue reads an integer that fits an int.
+func intValue(s *jsonscan.Scanner) (int, bool) {
+	v, ok := s.Integer(strconv.IntSize)
+	return int(v), ok
+}
+
+// intPointer is intValue for a field that is absent when nil.
+func intPointer(s *jsonscan.Scanner) (*int, bool) {
+	v, ok := intValue(s)
+	if !ok {
+		return nil, false
+	}
+	return Int(v), true
 }
 
 // The keys decodeFast handles, each a bit so that a repeat is spotted.

@@ -11,51 +11,40 @@ import (
 // the payload must go out byte for byte as it came in (json.Marshal re-compacts a
 // RawMessage), and it is on the hot path of every forwarded request.
 func AppendFrame(dst []byte, f *Frame) []byte {
-	dst = append(dst, `{"op":`...)
-	dst = appendString(dst, f.Op)
+	dst = appendKeyString(dst, `{"op":`, f.Op)
 	if f.ID != "" {
-		dst = append(dst, `,"id":`...)
-		dst = appendString(dst, f.ID)
+		dst = appendKeyString(dst, `,"id":`, f.ID)
 	}
 	if f.Target != "" {
-		dst = append(dst, `,"target":`...)
-		dst = appendString(dst, f.Target)
+		dst = appendKeyString(dst, `,"target":`, f.Target)
 	}
 	if f.TimeoutMS != 0 {
-		dst = append(dst, `,"timeout_ms":`...)
-		dst = strconv.AppendInt(dst, f.TimeoutMS, 10)
+		dst = appendKeyInt(dst, `,"timeout_ms":`, f.TimeoutMS)
 	}
 	if f.Role != "" {
-		dst = append(dst, `,"role":`...)
-		dst = appendString(dst, f.Role)
+		dst = appendKeyString(dst, `,"role":`, f.Role)
 	}
 	if f.Name != "" {
-		dst = append(dst, `,"name":`...)
-		dst = appendString(dst, f.Name)
+		dst = appendKeyString(dst, `,"name":`, f.Name)
 	}
 	if f.Cluster != nil {
-		dst = append(dst, `,"cluster":`...)
-		dst = strconv.AppendInt(dst, int64(*f.Cluster), 10)
+		dst = appendKeyInt(dst, `,"cluster":`, int64(*f.Cluster))
 	}
 	if f.Generation != nil {
-		dst = append(dst, `,"generation":`...)
-		dst = strconv.AppendInt(dst, *f.Generation, 10)
+		dst = appendKeyInt(dst, `,"generation":`, *f.Generation)
 	}
 	if f.Token != "" {
-		dst = append(dst, `,"token":`...)
-		dst = appendString(dst, f.Token)
+		dst = appendKeyString(dst, `,"token":`, f.Token)
 	}
 	if f.PID != 0 {
-		dst = append(dst, `,"pid":`...)
-		dst = strconv.AppendInt(dst, int64(f.PID), 10)
+		dst = appendKeyInt(dst, `,"pid":`, int64(f.PID))
 	}
 	if f.Ready != nil {
 		dst = append(dst, `,"ready":`...)
 		dst = strconv.AppendBool(dst, *f.Ready)
 	}
 	if f.Shard != nil {
-		dst = append(dst, `,"shard":`...)
-		dst = strconv.AppendInt(dst, int64(*f.Shard), 10)
+		dst = appendKeyInt(dst, `,"shard":`, int64(*f.Shard))
 	}
 	if len(f.Resume) > 0 {
 		dst = append(dst, `,"resume":`...)
@@ -76,14 +65,11 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 		dst = append(dst, ']')
 	}
 	if f.MaxParallel != 0 {
-		dst = append(dst, `,"max_parallel":`...)
-		dst = strconv.AppendInt(dst, int64(f.MaxParallel), 10)
+		dst = appendKeyInt(dst, `,"max_parallel":`, int64(f.MaxParallel))
 	}
 	if f.Error != nil {
-		dst = append(dst, `,"error":{"code":`...)
-		dst = appendString(dst, f.Error.Code)
-		dst = append(dst, `,"message":`...)
-		dst = appendString(dst, f.Error.Message)
+		dst = appendKeyString(dst, `,"error":{"code":`, f.Error.Code)
+		dst = appendKeyString(dst, `,"message":`, f.Error.Message)
 		dst = append(dst, '}')
 	}
 	if len(f.Payload) > 0 {
@@ -91,6 +77,17 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 		dst = appendPayload(dst, f.Payload)
 	}
 	return append(dst, '}')
+}
+
+// appendKeyString appends key (`,"name":`, with what comes before it) and s
+// as a JSON string.
+func appendKeyString(dst []byte, key, s string) []byte {
+	return appendString(append(dst, key...), s)
+}
+
+// appendKeyInt appends key and v.
+func appendKeyInt(dst []byte, key string, v int64) []byte {
+	return strconv.AppendInt(append(dst, key...), v, 10)
 }
 
 // appendPayload appends p unchanged, except that newlines become spaces. A raw
