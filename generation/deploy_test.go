@@ -163,14 +163,20 @@ func (f *fake) Route(update func(*Routes) *Routes) {
 	f.call("route %s", strings.Join(diff, " "))
 }
 
+// notRouted checks that p, given op, is not routed: no process is quiesced or
+// stopped while it still gets requests.
+func (f *fake) notRouted(op string, p ProcRef) {
+	if r, ok := f.routes.Routed(p.Cluster); ok && r == p {
+		f.bad("%s of %v while it is routed", op, p)
+	}
+}
+
 func (f *fake) Quiesce(p ProcRef) {
 	q := f.live("quiesce", p)
 	if !q.old || q.quiesceSent {
 		f.bad("quiesce of %v (old %v, sent before %v)", p, q.old, q.quiesceSent)
 	}
-	if r, ok := f.routes.Routed(p.Cluster); ok && r == p {
-		f.bad("quiesce of %v while it is routed", p)
-	}
+	f.notRouted("quiesce", p)
 	q.quiesceSent = true
 	f.call("quiesce %s", short(p))
 }
@@ -180,9 +186,7 @@ func (f *fake) Stop(p ProcRef) {
 	if q.stopped {
 		f.bad("stop of %v twice", p)
 	}
-	if r, ok := f.routes.Routed(p.Cluster); ok && r == p {
-		f.bad("stop of %v while it is routed", p)
-	}
+	f.notRouted("stop", p)
 	q.stopped = true
 	f.call("stop %s", short(p))
 }
@@ -764,11 +768,20 @@ func TestEventsIgnored(t *testing.T) {
 	h.end(StateFailed, "cluster 1: generation 6 exited before it was ready", actv, fail)
 }
 
-// Re-clustering 16 shards / 4 per cluster (4 clusters) to 24 / 8 (3 clusters).
+// The re-clustering most tests below take: 16 shards / 4 per cluster (4
+// clusters) to 24 / 8 (3 clusters).
+var reclusterFrom, reclusterTo = topo(16, 4), topo(24, 8)
+
+// startRecluster starts that re-clustering, which spawns the three new
+// clusters first.
+func startRecluster(t *testing.T) *harness {
+	t.Helper()
+	f := newFake(reclusterFrom)
+	return start(t, f, plan(reclusterFrom, reclusterTo, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+}
+
 func TestReclusterHappyPath(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+	h := startRecluster(t)
 	h.ready(2)
 	h.ready(0)
 	h.phases(rdy, spwn, rdy, pend)
@@ -782,8 +795,8 @@ func TestReclusterHappyPath(t *testing.T) {
 	h.tick(30*time.Second, "stop 1@5")
 	h.exitOld(1, "activate 0@6", "activate 1@6", "activate 2@6", "release 0", "release 1", "release 2")
 	h.end(StateSucceeded, "", actv, actv, actv, oldx)
-	if f.routes.Topology != to {
-		t.Errorf("routed topology %v", f.routes.Topology)
+	if h.f.routes.Topology != reclusterTo {
+		t.Errorf("routed topology %v", h.f.routes.Topology)
 	}
 }
 
@@ -819,9 +832,7 @@ func TestReclusterSameTotal(t *testing.T) {
 }
 
 func TestReclusterFailure(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+	h := startRecluster(t)
 	h.ready(0)
 	h.ready(1)
 	h.tick(2*time.Minute, "stop 0@6", "stop 1@6", "stop 2@6")
@@ -830,16 +841,15 @@ func TestReclusterFailure(t *testing.T) {
 	h.exitNew(2)
 	h.exitNew(1, "release 0", "release 1", "release 2", "release 3") // the old topology's clusters
 	st := h.end(StateFailed, "cluster 2: generation 6 not ready within 2m0s", fail, fail, fail, fail)
-	if f.routes.Topology != from || st.Clusters[0].Reason != "rolled back: "+st.Reason {
-		t.Errorf("routes %v, cluster 0 %+v", f.routes.Topology, st.Clusters[0])
+	if h.f.routes.Topology != reclusterFrom || st.Clusters[0].Reason != "rolled back: "+st.Reason {
+		t.Errorf("routes %v, cluster 0 %+v", h.f.routes.Topology, st.Clusters[0])
 	}
 }
 
 func TestReclusterSpawnError(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
+	f := newFake(reclusterFrom)
 	f.spawnErr[1] = errors.New("boom")
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6: boom", "stop 0@6")
+	h := start(t, f, plan(reclusterFrom, reclusterTo, f, 0), "spawn 0@6", "spawn 1@6: boom", "stop 0@6")
 	h.exitNew(0, "release 0", "release 1", "release 2", "release 3")
 	h.end(StateFailed, "cluster 1: spawn generation 6: boom", fail, fail, fail, fail)
 }
@@ -847,9 +857,7 @@ func TestReclusterSpawnError(t *testing.T) {
 // An old process that dies before the switch is unrouted; the new topology
 // takes its shards over at the switch.
 func TestReclusterOldCrashesBeforeSwitch(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+	h := startRecluster(t)
 	h.exitOld(3, "route 3=none")
 	h.ready(0)
 	h.ready(1)
@@ -862,9 +870,7 @@ func TestReclusterOldCrashesBeforeSwitch(t *testing.T) {
 }
 
 func TestReclusterOldCrashThenFailure(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+	h := startRecluster(t)
 	h.exitOld(3, "route 3=none")
 	h.exitNew(1, "stop 0@6", "stop 2@6")
 	h.exitNew(0)
@@ -873,9 +879,7 @@ func TestReclusterOldCrashThenFailure(t *testing.T) {
 }
 
 func TestReclusterNewExitsAfterSwitch(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
-	f := newFake(from)
-	h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+	h := startRecluster(t)
 	for c := range 3 {
 		h.ready(c, func() []string {
 			if c < 2 {
@@ -893,10 +897,8 @@ func TestReclusterNewExitsAfterSwitch(t *testing.T) {
 }
 
 func TestReclusterAbort(t *testing.T) {
-	from, to := topo(16, 4), topo(24, 8)
 	t.Run("before the switch", func(t *testing.T) {
-		f := newFake(from)
-		h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+		h := startRecluster(t)
 		h.ready(0)
 		h.do(func() { h.d.Abort("bye") }, "stop 0@6", "stop 1@6", "stop 2@6")
 		h.exitNew(0)
@@ -905,8 +907,7 @@ func TestReclusterAbort(t *testing.T) {
 		h.end(StateAborted, "aborted: bye", fail, fail, fail, fail)
 	})
 	t.Run("after the switch", func(t *testing.T) {
-		f := newFake(from)
-		h := start(t, f, plan(from, to, f, 0), "spawn 0@6", "spawn 1@6", "spawn 2@6")
+		h := startRecluster(t)
 		h.ready(0)
 		h.ready(1)
 		h.ready(2, "route 24 shards / 8 per cluster 0=0@6 1=1@6 2=2@6", "quiesce 0@5", "quiesce 1@5", "quiesce 2@5", "quiesce 3@5")
