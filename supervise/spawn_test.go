@@ -152,6 +152,19 @@ func backgroundChild(t *testing.T, s supervise.ExecSpawner, quiet bool) (p super
 	}
 }
 
+// endedWithGroup checks that p ended with status, and that its background
+// child, started at start, is gone too; what says what a child still there
+// did ("survived Stop").
+func endedWithGroup(t *testing.T, p supervise.Process, status string, child int, start uint64, what string) {
+	t.Helper()
+	if got := p.ExitStatus(); got != status {
+		t.Errorf("ExitStatus() = %q, want %s", got, status)
+	}
+	if !eventually(10*time.Second, func() bool { return gone(child, start) }) {
+		t.Errorf("background child %d %s", child, what)
+	}
+}
+
 func TestSpawnLeaderExitKillsItsGroup(t *testing.T) {
 	t.Parallel()
 	// Output to a file, as the manager's own stdout is: no pipes.
@@ -163,12 +176,7 @@ func TestSpawnLeaderExitKillsItsGroup(t *testing.T) {
 	p, child, start, exit := backgroundChild(t, supervise.ExecSpawner{Stdout: devNull, Stderr: devNull}, true)
 	exit()
 	waitExited(t, p, 10*time.Second)
-	if got := p.ExitStatus(); got != "exit status 3" {
-		t.Errorf("ExitStatus() = %q, want exit status 3", got)
-	}
-	if !eventually(10*time.Second, func() bool { return gone(child, start) }) {
-		t.Errorf("background child %d outlived its group's leader", child)
-	}
+	endedWithGroup(t, p, "exit status 3", child, start, "outlived its group's leader")
 }
 
 // TestSpawnLeaderExitKillsItsGroupWithOutputPipes: when the output goes to a
@@ -181,12 +189,7 @@ func TestSpawnLeaderExitKillsItsGroupWithOutputPipes(t *testing.T) {
 	p, child, start, exit := backgroundChild(t, supervise.ExecSpawner{Stdout: &out, Stderr: &out}, false)
 	exit()
 	waitExited(t, p, 10*time.Second)
-	if got := p.ExitStatus(); got != "exit status 3" {
-		t.Errorf("ExitStatus() = %q, want exit status 3", got)
-	}
-	if !eventually(10*time.Second, func() bool { return gone(child, start) }) {
-		t.Errorf("background child %d outlived its group's leader", child)
-	}
+	endedWithGroup(t, p, "exit status 3", child, start, "outlived its group's leader")
 	// The output is complete when the exit is reported.
 	if got := out.String(); got != "started\n" {
 		t.Errorf("output = %q, want %q", got, "started\n")
@@ -278,12 +281,7 @@ func TestStop(t *testing.T) {
 		if !exited(p) {
 			t.Fatal("Stop returned before the exit was reported")
 		}
-		if got := p.ExitStatus(); got != "signal: killed" {
-			t.Errorf("ExitStatus() = %q, want signal: killed", got)
-		}
-		if !eventually(10*time.Second, func() bool { return gone(child, start) }) {
-			t.Errorf("background child %d survived Stop", child)
-		}
+		endedWithGroup(t, p, "signal: killed", child, start, "survived Stop")
 	})
 
 	t.Run("cancelled context kills at once", func(t *testing.T) {
@@ -305,12 +303,7 @@ func TestStop(t *testing.T) {
 			t.Errorf("Stop took %v", took)
 		}
 		waitExited(t, p, 10*time.Second)
-		if got := p.ExitStatus(); got != "signal: killed" {
-			t.Errorf("ExitStatus() = %q, want signal: killed", got)
-		}
-		if !eventually(10*time.Second, func() bool { return gone(child, start) }) {
-			t.Errorf("background child %d survived Stop", child)
-		}
+		endedWithGroup(t, p, "signal: killed", child, start, "survived Stop")
 	})
 
 	t.Run("context ends the grace period early", func(t *testing.T) {
