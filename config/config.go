@@ -466,6 +466,11 @@ func (c *Config) Validate() error {
 			bad(key, "must be a positive duration, got %v", d.Duration)
 		}
 	}
+	atLeast := func(key string, v, least int) {
+		if v < least {
+			bad(key, "must be at least %d, got %d", least, v)
+		}
+	}
 	if c.Socket == "" {
 		bad("socket", "must name a path")
 	}
@@ -491,9 +496,7 @@ func (c *Config) Validate() error {
 	case !c.Topology.Auto && c.Topology.TotalShards < 1:
 		bad("topology.total_shards", "must be at least 1, got %d", c.Topology.TotalShards)
 	}
-	if c.Topology.ShardsPerCluster < 1 {
-		bad("topology.shards_per_cluster", "must be at least 1, got %d", c.Topology.ShardsPerCluster)
-	}
+	atLeast("topology.shards_per_cluster", c.Topology.ShardsPerCluster, 1)
 	if len(c.Cluster.Command) == 0 || c.Cluster.Command[0] == "" {
 		bad("cluster.command", "must name a program")
 	}
@@ -518,31 +521,18 @@ func (c *Config) Validate() error {
 	if c.Restart.Jitter < 0 || c.Restart.Jitter >= 1 {
 		bad("restart.jitter", "must be in [0, 1), got %v", c.Restart.Jitter)
 	}
-	if c.Restart.Intensity < 1 {
-		bad("restart.intensity", "must be at least 1, got %d", c.Restart.Intensity)
-	}
+	atLeast("restart.intensity", c.Restart.Intensity, 1)
 	positive("restart.period", c.Restart.Period)
 	positive("restart.stop_grace", c.Restart.StopGrace)
 	positive("requests.timeout", c.Requests.Timeout)
-	if c.Limits.MaxFrameBytes < 1024 {
-		bad("limits.max_frame_bytes", "must be at least 1024, got %d", c.Limits.MaxFrameBytes)
-	}
-	for _, kv := range []struct {
-		key string
-		v   int
-	}{
-		{"limits.max_queue", c.Limits.MaxQueue},
-		{"limits.max_pending", c.Limits.MaxPending},
-		{"limits.max_waiting", c.Limits.MaxWaiting},
-		{"limits.max_connections", c.Limits.MaxConnections},
-		{"limits.max_subscribers", c.Limits.MaxSubscribers},
-		{"limits.feed_buffer", c.Limits.FeedBuffer},
-		{"limits.max_handoff_bytes", c.Limits.MaxHandoffBytes},
-	} {
-		if kv.v < 1 {
-			bad(kv.key, "must be at least 1, got %d", kv.v)
-		}
-	}
+	atLeast("limits.max_frame_bytes", c.Limits.MaxFrameBytes, 1024)
+	atLeast("limits.max_queue", c.Limits.MaxQueue, 1)
+	atLeast("limits.max_pending", c.Limits.MaxPending, 1)
+	atLeast("limits.max_waiting", c.Limits.MaxWaiting, 1)
+	atLeast("limits.max_connections", c.Limits.MaxConnections, 1)
+	atLeast("limits.max_subscribers", c.Limits.MaxSubscribers, 1)
+	atLeast("limits.feed_buffer", c.Limits.FeedBuffer, 1)
+	atLeast("limits.max_handoff_bytes", c.Limits.MaxHandoffBytes, 1)
 	// Above ipc.MaxDepthLimit encoding/json refuses the frame anyway; a frame
 	// with an object payload needs 2.
 	if d := c.Limits.MaxJSONDepth; d < 2 || d > ipc.MaxDepthLimit {
