@@ -67,12 +67,7 @@ func TestRestartResumes(t *testing.T) {
 	st := e.WaitReady()
 	granted := st.Discord.IdentifyGranted
 	time.Sleep(200 * time.Millisecond) // a few heartbeats carry resume state
-	old := st.Clusters[1].PID
-	syscall.Kill(old, syscall.SIGKILL)
-	testenv.WaitFor(t, 10*time.Second, "cluster 1 back", func() bool {
-		cs := e.MustStatus().Clusters[1]
-		return cs.PID != old && cs.Routed && cs.State == "ready"
-	})
+	e.killAndRespawn(1, st.Clusters[1].PID)
 	s := e.simStats("1")
 	if s.Resumes != 2 || s.Identifies != 0 {
 		t.Fatalf("replacement: %d resumes, %d identifies; want 2 and 0 (%+v)", s.Resumes, s.Identifies, s.Shards)

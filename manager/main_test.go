@@ -3,10 +3,12 @@ package manager_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +65,22 @@ func startWith(t *testing.T, cfg *config.Config, opts manager.Options) *env {
 	reg := prometheus.NewRegistry()
 	opts.Config, opts.Logger, opts.Registry = cfg, testenv.Logger(t, slog.LevelDebug), reg
 	return &env{Manager: testenv.StartManager(t, opts), t: t, cfg: cfg, reg: reg}
+}
+
+// killAndRespawn SIGKILLs pid, a process of cluster, and waits until another
+// process of the cluster is ready and routed; it returns that one's pid.
+func (e *env) killAndRespawn(cluster, pid int) int {
+	e.t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
+	}
+	var now int
+	testenv.WaitFor(e.t, 10*time.Second, fmt.Sprintf("cluster %d respawned", cluster), func() bool {
+		cs := e.MustStatus().Clusters[cluster]
+		now = cs.PID
+		return cs.PID != pid && cs.Routed && cs.State == "ready"
+	})
+	return now
 }
 
 // client registers a client connection.

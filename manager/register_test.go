@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,14 +88,7 @@ func TestRegisterReplyStartGatewayResume(t *testing.T) {
 	// it may spend nothing, and its remaining is just those 2 RESUMEs.
 	old := st.Clusters[1].PID
 	time.Sleep(200 * time.Millisecond) // a few heartbeats report resume state
-	syscall.Kill(old, syscall.SIGKILL)
-	var respawned int
-	testenv.WaitFor(t, 10*time.Second, "cluster 1 respawned", func() bool {
-		cs := e.MustStatus().Clusters[1]
-		respawned = cs.PID
-		return cs.PID != old && cs.Routed && cs.State == "ready"
-	})
-	again := waitRegs(t, dir, respawned, 1)[0]
+	again := waitRegs(t, dir, e.killAndRespawn(1, old), 1)[0]
 	rs := resumeEntries(t, again)
 	if again.Start != "respawn" || len(rs) != 2 || rs[0].Shard != 2 || rs[1].Shard != 3 ||
 		rs[0].ShardCount != 8 || rs[1].ShardCount != 8 || !strings.HasPrefix(rs[0].SessionID, "tb-") {
@@ -156,15 +148,8 @@ func TestResumeNotHandedAcrossShardCounts(t *testing.T) {
 	if dst.Deploy.State != "succeeded" || dst.Topology.Total != 12 {
 		t.Fatalf("re-clustering: %s %s, topology %+v", dst.Deploy.State, dst.Deploy.Reason, dst.Topology)
 	}
-	old := dst.Clusters[0].PID // shards 0-3, all reported under 8 shards
-	syscall.Kill(old, syscall.SIGKILL)
-	var pid int
-	testenv.WaitFor(t, 10*time.Second, "cluster 0 respawned", func() bool {
-		cs := e.MustStatus().Clusters[0]
-		pid = cs.PID
-		return cs.PID != old && cs.Routed && cs.State == "ready"
-	})
-	reg := waitRegs(t, dir, pid, 1)[0]
+	// Cluster 0's shards 0-3 were all reported under 8 shards.
+	reg := waitRegs(t, dir, e.killAndRespawn(0, dst.Clusters[0].PID), 1)[0]
 	if reg.Start != "respawn" || reg.Total != 12 || len(reg.Resume) != 0 {
 		t.Fatalf("the respawn under 12 shards: start %q, total %d, resume %s; want none of the 8-shard sessions", reg.Start, reg.Total, reg.Resume)
 	}
