@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +10,26 @@ import (
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-// identifyOutcome is what a bot's IDENTIFY came to, for a test waiting on it.
-type identifyOutcome struct {
-	reply *ipc.Frame
+// askWaiting has cluster's bot ask the identify gate for shard and returns
+// once the ask waits (it must be the only one), with where the REPLY the ask
+// comes to will arrive: nil if the bot's op itself failed.
+func askWaiting(t *testing.T, e *env, c *ipc.Client, cluster string, shard int) <-chan *ipc.Frame {
+	t.Helper()
+	reply := make(chan *ipc.Frame, 1)
+	go func() {
+		r, err := request(t, c, "identify", cluster, map[string]int{"shard": shard}, 5*time.Second)
+		if err != nil {
+			t.Errorf("the waiting IDENTIFY's op (shard %d): %v", shard, err)
+			reply <- nil
+			return
+		}
+		f, _ := ipc.Decode(r.Payload)
+		reply <- f
+	}()
+	testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("the IDENTIFY for shard %d waiting", shard), func() bool {
+		return e.MustStatus().Discord.IdentifyWaiting == 1
+	})
+	return reply
 }
 
 // An IDENTIFY_CANCEL withdraws the process's waiting ask for the shard: the
@@ -30,18 +48,7 @@ func TestIdentifyCancel(t *testing.T) {
 		t.Fatalf("first IDENTIFY: %s", ipc.Encode(g))
 	}
 	// Cluster 1's ask for shard 2 now waits an hour.
-	waiting := make(chan identifyOutcome, 1)
-	go func() {
-		r, err := request(t, c, "identify", "1", map[string]int{"shard": 2}, 5*time.Second)
-		if err != nil {
-			t.Errorf("the waiting IDENTIFY's op: %v", err)
-			waiting <- identifyOutcome{}
-			return
-		}
-		f, _ := ipc.Decode(r.Payload)
-		waiting <- identifyOutcome{reply: f}
-	}()
-	testenv.WaitFor(t, 5*time.Second, "the IDENTIFY waiting", func() bool { return e.MustStatus().Discord.IdentifyWaiting == 1 })
+	waiting := askWaiting(t, e, c, "1", 2)
 
 	// Another cluster's cancel for its own shard withdraws nothing of cluster 1's.
 	if w := botOp(t, c, "identify_cancel", "2", map[string]int{"shard": 4}); w.Error != nil || string(w.Payload) != `{"withdrawn":0}` {
@@ -50,9 +57,8 @@ func TestIdentifyCancel(t *testing.T) {
 	if w := botOp(t, c, "identify_cancel", "1", map[string]int{"shard": 2}); w.Error != nil || string(w.Payload) != `{"withdrawn":1}` {
 		t.Fatalf("IDENTIFY_CANCEL: %s", ipc.Encode(w))
 	}
-	out := <-waiting
-	if out.reply == nil || out.reply.Error == nil || out.reply.Error.Code != ipc.CodeCancelled {
-		t.Fatalf("the withdrawn IDENTIFY was answered %v, want cancelled", out.reply)
+	if reply := <-waiting; reply == nil || reply.Error == nil || reply.Error.Code != ipc.CodeCancelled {
+		t.Fatalf("the withdrawn IDENTIFY was answered %v, want cancelled", reply)
 	}
 	after := e.MustStatus().Discord
 	if after.IdentifyWaiting != 0 || after.IdentifyGranted != st.Discord.IdentifyGranted+1 || after.Budget.Spent != st.Discord.Budget.Spent+1 {
@@ -63,22 +69,12 @@ func TestIdentifyCancel(t *testing.T) {
 		t.Fatalf("a second IDENTIFY_CANCEL: %s", ipc.Encode(w))
 	}
 	// The shard may be asked for again, and withdrawn by a cancel without id.
-	go func() {
-		r, err := request(t, c, "identify", "1", map[string]int{"shard": 3}, 5*time.Second)
-		if err != nil {
-			t.Errorf("the second waiting IDENTIFY's op: %v", err)
-			waiting <- identifyOutcome{}
-			return
-		}
-		f, _ := ipc.Decode(r.Payload)
-		waiting <- identifyOutcome{reply: f}
-	}()
-	testenv.WaitFor(t, 5*time.Second, "the second IDENTIFY waiting", func() bool { return e.MustStatus().Discord.IdentifyWaiting == 1 })
+	waiting = askWaiting(t, e, c, "1", 3)
 	if r, err := request(t, c, "identify_cancel", "1", map[string]any{"shard": 3, "no_id": true}, 5*time.Second); err != nil || string(r.Payload) != `{"sent":true}` {
 		t.Fatalf("IDENTIFY_CANCEL without id: %v %v", r, err)
 	}
-	if out := <-waiting; out.reply == nil || out.reply.Error == nil || out.reply.Error.Code != ipc.CodeCancelled {
-		t.Fatalf("the IDENTIFY withdrawn without id was answered %v, want cancelled", out.reply)
+	if reply := <-waiting; reply == nil || reply.Error == nil || reply.Error.Code != ipc.CodeCancelled {
+		t.Fatalf("the IDENTIFY withdrawn without id was answered %v, want cancelled", reply)
 	}
 	testenv.WaitFor(t, 5*time.Second, "nothing waiting", func() bool { return e.MustStatus().Discord.IdentifyWaiting == 0 })
 
