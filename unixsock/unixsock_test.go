@@ -405,25 +405,31 @@ func TestListenReplacesStaleSocket(t *testing.T) {
 	roundTrip(t, ln, path)
 }
 
-func TestListenLiveSocketInUse(t *testing.T) {
-	path := sockPath(t)
-	live := listen(t, path, 0o600)
+// listenInUse checks that Listen over path, a socket in use (what: "live",
+// "busy"), fails with ErrInUse and leaves the file as it was.
+func listenInUse(t *testing.T, path string, mode os.FileMode, what string) {
+	t.Helper()
 	before, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	ln, err := unixsock.Listen(path, 0o666)
+	ln, err := unixsock.Listen(path, mode)
 	if !errors.Is(err, unixsock.ErrInUse) {
 		if ln != nil {
 			ln.Close()
 		}
-		t.Fatalf("Listen over a live socket = %v, want ErrInUse", err)
+		t.Fatalf("Listen over a %s socket = %v, want ErrInUse", what, err)
 	}
 	after, err := os.Lstat(path)
 	if err != nil || !os.SameFile(before, after) || after.Mode() != before.Mode() {
-		t.Errorf("live socket file changed: %v, %v", after, err)
+		t.Errorf("%s socket file changed: %v, %v", what, after, err)
 	}
+}
+
+func TestListenLiveSocketInUse(t *testing.T) {
+	path := sockPath(t)
+	live := listen(t, path, 0o600)
+	listenInUse(t, path, 0o666, "live")
 	// Listen's probe reached the live listener: it is there to accept, closed.
 	live.SetDeadline(time.Now().Add(5 * time.Second))
 	probe, err := live.Accept()
@@ -465,21 +471,7 @@ func TestListenFullBacklogInUse(t *testing.T) {
 		}
 		t.Skipf("second dial to a full backlog: %v, want EAGAIN (kernel differs)", err)
 	}
-	before, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	ln, err := unixsock.Listen(path, 0o600)
-	if !errors.Is(err, unixsock.ErrInUse) {
-		if ln != nil {
-			ln.Close()
-		}
-		t.Fatalf("Listen over a busy socket = %v, want ErrInUse", err)
-	}
-	if after, err := os.Lstat(path); err != nil || !os.SameFile(before, after) {
-		t.Errorf("busy socket file changed: %v, %v", after, err)
-	}
+	listenInUse(t, path, 0o600, "busy")
 	// Still the same listener: the pending connection is there to accept.
 	nfd, _, err := syscall.Accept(fd)
 	if err != nil {
