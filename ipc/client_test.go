@@ -92,16 +92,26 @@ func (s *fakeServer) acceptLoop() {
 	}
 }
 
+// next reads and decodes c's next frame. It reports false once c ends, or
+// when the frame does not decode: an error, what says which frame.
+func (s *fakeServer) next(c *ipc.Conn, what string) (*ipc.Frame, bool) {
+	line, err := c.ReadFrame()
+	if err != nil {
+		return nil, false
+	}
+	f, err := ipc.Decode(line)
+	if err != nil {
+		s.t.Errorf("server: %s: %v", what, err)
+		return nil, false
+	}
+	return f, true
+}
+
 func (s *fakeServer) serve(n int, c *ipc.Conn) {
 	defer s.wg.Done()
 	defer func() { c.Abort(nil); <-c.Done() }()
-	line, err := c.ReadFrame()
-	if err != nil {
-		return
-	}
-	reg, err := ipc.Decode(line)
-	if err != nil {
-		s.t.Errorf("server: first frame: %v", err)
+	reg, ok := s.next(c, "first frame")
+	if !ok {
 		return
 	}
 	select {
@@ -128,13 +138,8 @@ func (s *fakeServer) serve(n int, c *ipc.Conn) {
 	defer close(p.in)
 	s.peers <- p
 	for {
-		line, err := c.ReadFrame()
-		if err != nil {
-			return
-		}
-		f, err := ipc.Decode(line)
-		if err != nil {
-			s.t.Errorf("server: bad frame from client: %v", err)
+		f, ok := s.next(c, "bad frame from client")
+		if !ok {
 			return
 		}
 		select {
