@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,10 +45,7 @@ type chaosOptions struct {
 	BackoffMax        time.Duration
 	RequestTimeout    time.Duration
 
-	InFlight     int
-	Conns        int
-	Targets      string
-	PayloadBytes int
+	rollLoadOptions
 	ConnectDelay time.Duration // the harness's --connect-delay
 
 	// Slack widens each down window the feed shows back in time: an error
@@ -79,10 +75,7 @@ var defaultChaosOptions = chaosOptions{
 	StopGrace:         time.Second,
 	BackoffMax:        2 * time.Second,
 	RequestTimeout:    5 * time.Second,
-	InFlight:          32,
-	Conns:             2,
-	Targets:           "mix",
-	PayloadBytes:      64,
+	rollLoadOptions:   rollLoadOptions{InFlight: 32, Conns: 2, Targets: "mix", PayloadBytes: 64},
 	ConnectDelay:      50 * time.Millisecond,
 	Slack:             time.Second,
 	Recover:           30 * time.Second,
@@ -91,9 +84,7 @@ var defaultChaosOptions = chaosOptions{
 func (o chaosOptions) withDefaults() chaosOptions {
 	d := defaultChaosOptions
 	orDefault(&o.Clusters, d.Clusters)
-	orDefault(&o.InFlight, d.InFlight)
-	orDefault(&o.Conns, d.Conns)
-	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	o.rollLoadOptions.withDefaults(d.rollLoadOptions)
 	orDefault(&o.Duration, d.Duration)
 	orDefault(&o.KillEvery, d.KillEvery)
 	orDefault(&o.HeartbeatInterval, d.HeartbeatInterval)
@@ -107,7 +98,6 @@ func (o chaosOptions) withDefaults() chaosOptions {
 		o.StopFor = o.HeartbeatTimeout + o.StopGrace + time.Second
 	}
 	orDefaultIfZero(&o.CrashFlags, d.CrashFlags)
-	orDefaultIfZero(&o.Targets, d.Targets)
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
@@ -128,17 +118,13 @@ type chaosAction struct {
 
 // chaosReport is everything the chaos scenario saw.
 type chaosReport struct {
-	Scenario     string  `json:"scenario"`
-	Date         string  `json:"date"`
-	CPUs         int     `json:"cpus"`
-	LoadAvgStart string  `json:"loadavg_start"` // the machine's load averages, as /proc/loadavg has them
-	LoadAvgEnd   string  `json:"loadavg_end"`
-	Clusters     int     `json:"clusters"`
-	DurationS    float64 `json:"duration_s"`
-	KillEveryMS  float64 `json:"kill_every_ms"`
-	Seed         uint64  `json:"seed"`
-	InFlight     int     `json:"in_flight"`
-	Targets      string  `json:"targets"`
+	rollHead
+	Clusters    int     `json:"clusters"`
+	DurationS   float64 `json:"duration_s"`
+	KillEveryMS float64 `json:"kill_every_ms"`
+	Seed        uint64  `json:"seed"`
+	InFlight    int     `json:"in_flight"`
+	Targets     string  `json:"targets"`
 
 	Kills    int          `json:"kills"`
 	SigStop  chaosStop    `json:"sigstop"`
@@ -154,11 +140,9 @@ type chaosReport struct {
 	ErrorsOutside   uint64            `json:"errors_outside_down_windows"`
 	OutsideSamples  []string          `json:"outside_samples,omitempty"`
 
-	RecoveredAfterS float64   `json:"recovered_after_s"` // end of the faults → every cluster ready again
-	Serving         bool      `json:"serving"`           // every cluster but the crash-looping one answered a ping at the end
-	FeedDrops       int       `json:"feed_drops"`
-	Procs           procCheck `json:"procs"`
-	Failures        []string  `json:"failures,omitempty"`
+	RecoveredAfterS float64 `json:"recovered_after_s"` // end of the faults → every cluster ready again
+	Serving         bool    `json:"serving"`           // every cluster but the crash-looping one answered a ping at the end
+	rollTail
 }
 
 // chaosStop is the SIGSTOPped cluster.
@@ -215,9 +199,9 @@ func runChaos(ctx context.Context, o chaosOptions) (rep *chaosReport, err error)
 	}
 	crashC, stopC := o.Clusters-1, 0
 	rep = &chaosReport{
-		Scenario: "chaos", Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(),
+		rollHead: newRollHead("chaos"),
 		Clusters: o.Clusters, DurationS: o.Duration.Seconds(), KillEveryMS: millis(o.KillEvery), Seed: o.Seed,
-		InFlight: o.InFlight, Targets: o.Targets, LoadAvgStart: loadAverage(),
+		InFlight: o.InFlight, Targets: o.Targets,
 		SigStop: chaosStop{Cluster: stopC, ForS: o.StopFor.Seconds()},
 		Crash:   chaosCrash{Cluster: crashC, Flags: o.CrashFlags},
 	}
@@ -600,12 +584,7 @@ func (rep *chaosReport) check(feedErr, loadErr error) {
 	if loadErr != nil {
 		rep.fail("a load connection failed (the load must never be cut off): %v", loadErr)
 	}
-	if feedErr != nil {
-		rep.fail("the WATCH feed failed, so the down windows are incomplete: %v", feedErr)
-	}
-	if rep.FeedDrops > 0 {
-		rep.fail("the WATCH feed dropped the bench %d times, so the down windows are incomplete", rep.FeedDrops)
-	}
+	rep.checkFeed(feedErr, "the down windows are incomplete")
 	if rep.Lost > 0 {
 		rep.fail("%d requests lost (no reply)", rep.Lost)
 	}
@@ -639,21 +618,7 @@ func (rep *chaosReport) check(feedErr, loadErr error) {
 	if !rep.NoReader.CutOff {
 		rep.fail("the client that stopped reading was not cut off: %s", rep.NoReader.Error)
 	}
-	if !rep.Procs.Clean() {
-		rep.fail("cluster processes: %v", rep.Procs.Details)
-	}
-}
-
-// Broken is the first broken invariant ("" when none); Failures has them all.
-func (rep *chaosReport) Broken() string {
-	if len(rep.Failures) == 0 {
-		return ""
-	}
-	return rep.Failures[0]
-}
-
-func (rep *chaosReport) fail(format string, args ...any) {
-	rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...))
+	rep.checkProcs()
 }
 
 // WriteText prints the report for people.
@@ -701,10 +666,7 @@ func runChaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "the manager's restart.stop_grace")
 	fs.DurationVar(&o.BackoffMax, "backoff-max", o.BackoffMax, "the manager's restart.backoff_max (the crash loop's retry period)")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "the manager's requests.timeout")
-	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "requests in flight (closed loop; at least one per cluster)")
-	fs.IntVar(&o.Conns, "conns", o.Conns, "client connections the load is spread over")
-	fs.StringVar(&o.Targets, "targets", o.Targets, "how requests name their cluster: cluster (ids), guild (guild: targets) or mix")
-	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
+	o.rollLoadOptions.flags(fs)
 	fs.DurationVar(&o.ConnectDelay, "connect-delay", o.ConnectDelay, "the harness's --connect-delay")
 	fs.DurationVar(&o.Slack, "slack", o.Slack, "down windows seen on the feed are widened back by this much")
 	fs.DurationVar(&o.Recover, "recover", o.Recover, "bound on the wait for every cluster to be ready again after the faults")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -25,15 +24,12 @@ type deployOptions struct {
 	ShardsPerCluster int
 	Deploys          int // rolling deploys of every cluster, back to back
 	MaxParallel      int
-	InFlight         int    // lanes of the closed-loop load, at least one per cluster
-	Conns            int    // client connections the lanes are spread over
-	Targets          string // cluster, guild or mix
-	PayloadBytes     int
-	ConnectDelay     time.Duration // the harness's --connect-delay (per shard)
-	OpDelay          time.Duration // the harness's --op-delay
-	Settle           time.Duration // load before the first deploy and between deploys
-	DeployTimeout    time.Duration // bound on each deploy
-	Drain            time.Duration // wait for the last replies before counting them lost
+	rollLoadOptions
+	ConnectDelay  time.Duration // the harness's --connect-delay (per shard)
+	OpDelay       time.Duration // the harness's --op-delay
+	Settle        time.Duration // load before the first deploy and between deploys
+	DeployTimeout time.Duration // bound on each deploy
+	Drain         time.Duration // wait for the last replies before counting them lost
 
 	// LogPath, if set, keeps the manager's and clusters' log there (else it
 	// goes with the temp dir, its tail added to a scenario error).
@@ -48,10 +44,7 @@ var defaultDeployOptions = deployOptions{
 	ShardsPerCluster: 1,
 	Deploys:          3,
 	MaxParallel:      1,
-	InFlight:         64,
-	Conns:            2,
-	Targets:          "mix",
-	PayloadBytes:     64,
+	rollLoadOptions:  rollLoadOptions{InFlight: 64, Conns: 2, Targets: "mix", PayloadBytes: 64},
 	ConnectDelay:     100 * time.Millisecond,
 	Settle:           time.Second,
 	DeployTimeout:    3 * time.Minute,
@@ -64,13 +57,10 @@ func (o deployOptions) withDefaults() deployOptions {
 	orDefault(&o.ShardsPerCluster, d.ShardsPerCluster)
 	orDefault(&o.Deploys, d.Deploys)
 	orDefault(&o.MaxParallel, d.MaxParallel)
-	orDefault(&o.InFlight, d.InFlight)
-	orDefault(&o.Conns, d.Conns)
-	orDefault(&o.PayloadBytes, d.PayloadBytes)
+	o.rollLoadOptions.withDefaults(d.rollLoadOptions)
 	orDefault(&o.Settle, d.Settle)
 	orDefault(&o.DeployTimeout, d.DeployTimeout)
 	orDefault(&o.Drain, d.Drain)
-	orDefaultIfZero(&o.Targets, d.Targets)
 	orDefaultIfZero(&o.Progress, io.Discard)
 	return o
 }
@@ -121,11 +111,7 @@ type deployResult struct {
 
 // deployReport is everything the deploy scenario measured.
 type deployReport struct {
-	Scenario         string         `json:"scenario"`
-	Date             string         `json:"date"`
-	CPUs             int            `json:"cpus"`
-	LoadAvgStart     string         `json:"loadavg_start"` // the machine's load averages, as /proc/loadavg has them
-	LoadAvgEnd       string         `json:"loadavg_end"`
+	rollHead
 	Clusters         int            `json:"clusters"`
 	ShardsPerCluster int            `json:"shards_per_cluster"`
 	MaxParallel      int            `json:"max_parallel"`
@@ -143,11 +129,9 @@ type deployReport struct {
 	StartOutsideP50MS float64 `json:"start_outside_harness_p50_ms"`
 	StartOutsideMaxMS float64 `json:"start_outside_harness_max_ms"`
 	// Unrouted intervals anywhere in the loaded run (a deploy never unroutes).
-	UnroutedIntervals int       `json:"unrouted_intervals"`
-	MaxUnroutedMS     float64   `json:"max_unrouted_ms"`
-	FeedDrops         int       `json:"feed_drops"`
-	Procs             procCheck `json:"procs"`
-	Failures          []string  `json:"failures,omitempty"`
+	UnroutedIntervals int     `json:"unrouted_intervals"`
+	MaxUnroutedMS     float64 `json:"max_unrouted_ms"`
+	rollTail
 }
 
 // runDeploy runs the deploy scenario: a manager with o.Clusters clusters under a
@@ -160,10 +144,9 @@ func runDeploy(ctx context.Context, o deployOptions) (rep *deployReport, err err
 		return nil, errors.New("deploy: need the sm-manager and cluster-harness binaries")
 	}
 	rep = &deployReport{
-		Scenario: "deploy", Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(),
+		rollHead: newRollHead("deploy"),
 		Clusters: o.Clusters, ShardsPerCluster: o.ShardsPerCluster, MaxParallel: o.MaxParallel,
 		InFlight: o.InFlight, Targets: o.Targets, ConnectDelayMS: millis(o.ConnectDelay),
-		LoadAvgStart: loadAverage(),
 	}
 	lanes, err := loadLanes(o.Clusters, o.ShardsPerCluster, o.InFlight, o.Targets)
 	if err != nil {
@@ -278,12 +261,7 @@ func (rep *deployReport) check(o deployOptions, feedErr, loadErr error) {
 	if loadErr != nil {
 		rep.fail("the load's connection failed: %v", loadErr)
 	}
-	if feedErr != nil {
-		rep.fail("the WATCH feed failed, so the unrouted check is incomplete: %v", feedErr)
-	}
-	if rep.FeedDrops > 0 {
-		rep.fail("the WATCH feed dropped the bench %d times, so the unrouted check is incomplete", rep.FeedDrops)
-	}
+	rep.checkFeed(feedErr, "the unrouted check is incomplete")
 	if len(rep.Deploys) != o.Deploys {
 		rep.fail("%d of %d deploys ran", len(rep.Deploys), o.Deploys)
 	}
@@ -304,21 +282,7 @@ func (rep *deployReport) check(o deployOptions, feedErr, loadErr error) {
 	if rep.UnroutedIntervals > 0 {
 		rep.fail("%d unrouted intervals under load, the longest %.1f ms (a deploy must never unroute a cluster)", rep.UnroutedIntervals, rep.MaxUnroutedMS)
 	}
-	if !rep.Procs.Clean() {
-		rep.fail("cluster processes: %v", rep.Procs.Details)
-	}
-}
-
-// Broken is the first broken invariant ("" when none); Failures has them all.
-func (rep *deployReport) Broken() string {
-	if len(rep.Failures) == 0 {
-		return ""
-	}
-	return rep.Failures[0]
-}
-
-func (rep *deployReport) fail(format string, args ...any) {
-	rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...))
+	rep.checkProcs()
 }
 
 // deployRun computes one deploy's figures from its final status.
@@ -453,10 +417,7 @@ func runDeployCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&o.ShardsPerCluster, "shards-per-cluster", o.ShardsPerCluster, "shards per cluster")
 	fs.IntVar(&o.Deploys, "deploys", o.Deploys, "rolling deploys of every cluster, back to back")
 	fs.IntVar(&o.MaxParallel, "max-parallel", o.MaxParallel, "the deploys' max_parallel")
-	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "requests in flight (closed loop; at least one per cluster)")
-	fs.IntVar(&o.Conns, "conns", o.Conns, "client connections the load is spread over")
-	fs.StringVar(&o.Targets, "targets", o.Targets, "how requests name their cluster: cluster (ids), guild (guild: targets) or mix")
-	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
+	o.rollLoadOptions.flags(fs)
 	fs.DurationVar(&o.ConnectDelay, "connect-delay", o.ConnectDelay, "the harness's --connect-delay: time each shard takes to connect")
 	fs.DurationVar(&o.OpDelay, "op-delay", o.OpDelay, "the harness's --op-delay: time each request takes in the cluster")
 	fs.DurationVar(&o.Settle, "settle", o.Settle, "load before the first deploy and between deploys")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -406,4 +407,84 @@ func loadAverage() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// rollHead opens the deploy and chaos reports: the scenario and the machine
+// it ran on.
+type rollHead struct {
+	Scenario     string `json:"scenario"`
+	Date         string `json:"date"`
+	CPUs         int    `json:"cpus"`
+	LoadAvgStart string `json:"loadavg_start"` // the machine's load averages, as /proc/loadavg has them
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+// newRollHead is the head of a report of scenario starting now.
+func newRollHead(scenario string) rollHead {
+	return rollHead{Scenario: scenario, Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), LoadAvgStart: loadAverage()}
+}
+
+// rollTail closes the deploy and chaos reports: how often the WATCH feed
+// dropped the bench, the cluster processes left at the end, and the
+// invariants the run broke, in the order they were found.
+type rollTail struct {
+	FeedDrops int       `json:"feed_drops"`
+	Procs     procCheck `json:"procs"`
+	Failures  []string  `json:"failures,omitempty"`
+}
+
+// Broken is the first broken invariant ("" when none); Failures has them all.
+func (r *rollTail) Broken() string {
+	if len(r.Failures) == 0 {
+		return ""
+	}
+	return r.Failures[0]
+}
+
+func (r *rollTail) fail(format string, args ...any) {
+	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
+}
+
+// checkFeed fails the run when the WATCH feed failed or dropped the bench:
+// then what the scenario reads from it is incomplete (so says incomplete).
+func (r *rollTail) checkFeed(feedErr error, incomplete string) {
+	if feedErr != nil {
+		r.fail("the WATCH feed failed, so %s: %v", incomplete, feedErr)
+	}
+	if r.FeedDrops > 0 {
+		r.fail("the WATCH feed dropped the bench %d times, so %s", r.FeedDrops, incomplete)
+	}
+}
+
+// checkProcs fails the run when a cluster process is left a zombie, an
+// orphan or a stray.
+func (r *rollTail) checkProcs() {
+	if !r.Procs.Clean() {
+		r.fail("cluster processes: %v", r.Procs.Details)
+	}
+}
+
+// rollLoadOptions shape the closed-loop lane load of the deploy and chaos
+// scenarios.
+type rollLoadOptions struct {
+	InFlight     int    // lanes of the load, at least one per cluster
+	Conns        int    // client connections the lanes are spread over
+	Targets      string // how requests name their cluster: cluster, guild or mix
+	PayloadBytes int
+}
+
+// withDefaults gives the fields left at zero (or less) d's values.
+func (o *rollLoadOptions) withDefaults(d rollLoadOptions) {
+	orDefault(&o.InFlight, d.InFlight)
+	orDefault(&o.Conns, d.Conns)
+	orDefaultIfZero(&o.Targets, d.Targets)
+	orDefault(&o.PayloadBytes, d.PayloadBytes)
+}
+
+// flags adds the load's flags to fs, with o's values as their defaults.
+func (o *rollLoadOptions) flags(fs *scenarioFlags) {
+	fs.IntVar(&o.InFlight, "inflight", o.InFlight, "requests in flight (closed loop; at least one per cluster)")
+	fs.IntVar(&o.Conns, "conns", o.Conns, "client connections the load is spread over")
+	fs.StringVar(&o.Targets, "targets", o.Targets, "how requests name their cluster: cluster (ids), guild (guild: targets) or mix")
+	fs.IntVar(&o.PayloadBytes, "payload", o.PayloadBytes, "echo payload size in bytes")
 }
