@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
-	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
@@ -396,15 +395,7 @@ func TestSurvivorStillConnectingIdentifiesAfterRestart(t *testing.T) {
 	// The next manager has a token: 50 session starts left, floor 100.
 	next := *cfg
 	next.Discord.IdentifySpacing = durationOf(time.Millisecond)
-	testenv.WriteConfig(t, &next)
-	loaded, err := config.Load(next.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := &discord.GatewayBot{URL: "wss://gateway.example.test", Shards: 2, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
-		Total: 1000, Remaining: 50, ResetAfter: time.Hour, MaxConcurrency: 1,
-	}}
-	e := startWith(t, loaded, manager.Options{Gateway: gw})
+	e := startFromFileWith(t, &next, manager.Options{Gateway: gatewayBot(2, 50, 1)})
 	var after manager.Status
 	testenv.WaitFor(t, 15*time.Second, "the survivor's last shard identified: its cluster ready", func() bool {
 		after = e.MustStatus()

@@ -22,12 +22,18 @@ import (
 // startFromFile starts a manager from cfg saved to a file.
 func startFromFile(t *testing.T, cfg *config.Config) *env {
 	t.Helper()
+	return startFromFileWith(t, cfg, manager.Options{})
+}
+
+// startFromFileWith is startFromFile with extra options.
+func startFromFileWith(t *testing.T, cfg *config.Config, opts manager.Options) *env {
+	t.Helper()
 	testenv.WriteConfig(t, cfg)
 	loaded, err := config.Load(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, loaded)
+	return startWith(t, loaded, opts)
 }
 
 // redeploy rewrites the config with change applied and sends DEPLOY.

@@ -12,6 +12,14 @@ import (
 	"github.com/sm-supervisor/sm/manager"
 )
 
+// gatewayBot is a /gateway/bot answer recommending shards, with remaining of
+// the day's 1000 session starts left and maxConcurrency identify buckets.
+func gatewayBot(shards, remaining, maxConcurrency int) *discord.GatewayBot {
+	return &discord.GatewayBot{URL: "wss://gateway.example.test", Shards: shards, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
+		Total: 1000, Remaining: remaining, ResetAfter: time.Hour, MaxConcurrency: maxConcurrency,
+	}}
+}
+
 type simStats struct {
 	Identifies int `json:"identifies"`
 	Resumes    int `json:"resumes"`

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/config"
-	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/manager"
@@ -52,17 +51,10 @@ func waitRegs(t *testing.T, dir string, pid, n int) []botRegistration {
 func TestRegisterReplyStartGatewayResume(t *testing.T) {
 	cfg, dir := testbotConfig(t, map[string]string{testbotResumeEnv: "1"})
 	cfg.Discord.BudgetFloor = 100
-	testenv.WriteConfig(t, cfg)
-	loaded, err := config.Load(cfg.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// 90 left, under the floor of 100: first starts and deploys may identify,
 	// restarts may not.
-	gw := &discord.GatewayBot{URL: "wss://gateway.example.test", Shards: 6, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
-		Total: 1000, Remaining: 90, ResetAfter: time.Hour, MaxConcurrency: 2,
-	}}
-	e := startWith(t, loaded, manager.Options{Gateway: gw})
+	e := startFromFileWith(t, cfg, manager.Options{Gateway: gatewayBot(6, 90, 2)})
+	loaded := e.cfg
 	st := e.WaitReady()
 
 	first := waitRegs(t, dir, st.Clusters[1].PID, 1)[0]
