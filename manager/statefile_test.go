@@ -3,13 +3,13 @@ package manager_test
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -20,12 +20,7 @@ import (
 // cluster afresh and the process is untouched.
 func TestStateFileNamingAnotherProcess(t *testing.T) {
 	t.Parallel()
-	bystander := exec.Command("sleep", "60")
-	if err := bystander.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { bystander.Process.Kill(); bystander.Wait() }()
-	pid := bystander.Process.Pid
+	pid := testenv.Sleeper(t, false).Process.Pid
 	startTime, err := supervise.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sm-supervisor/sm/internal/testenv"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -57,13 +58,7 @@ func TestPIDNamespaceHelper(t *testing.T) {
 	}
 	var bystanders []*exec.Cmd
 	for _, own := range []bool{false, true} {
-		b := exec.Command("sleep", "60")
-		b.SysProcAttr = &syscall.SysProcAttr{Setpgid: own}
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		bystanders = append(bystanders, b)
-		defer func() { b.Process.Kill(); b.Wait() }()
+		bystanders = append(bystanders, testenv.Sleeper(t, own))
 	}
 	start, err := supervise.StartTime(1)
 	if err != nil {
@@ -95,11 +90,7 @@ func TestPIDNamespaceHelper(t *testing.T) {
 // is not a cluster, and is not adopted, signalled or stopped.
 func TestAdoptRefusesNonLeader(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	cmd := testenv.Sleeper(t, false)
 	start, err := supervise.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)

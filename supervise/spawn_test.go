@@ -424,12 +424,7 @@ func TestStartTime(t *testing.T) {
 	}
 
 	t.Run("child started later", func(t *testing.T) {
-		cmd := exec.Command("sleep", "60")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer cmd.Wait()
-		defer cmd.Process.Kill()
+		cmd := testenv.Sleeper(t, false)
 		got, err := supervise.StartTime(cmd.Process.Pid)
 		if err != nil || got < self {
 			t.Errorf("StartTime(child) = %d, %v; want at least the parent's %d", got, err, self)
