@@ -1,24 +1,15 @@
 package supervise
 
 import (
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestReleasedIsNotSignalled: once released, the pidfd is closed and nothing
-// vouches for the pid any more, so Signal must not reach it (or its group).
-func TestReleasedIsNotSignalled(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command("sleep", "60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	defer cmd.Wait()
-	defer syscall.Kill(-pid, syscall.SIGKILL)
+// adoptNow adopts pid as it is now, and returns the handle and the start
+// time it was adopted at.
+func adoptNow(t *testing.T, pid int) (*adopted, uint64) {
+	t.Helper()
 	start, err := StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +18,15 @@ func TestReleasedIsNotSignalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := proc.(*adopted)
+	return proc.(*adopted), start
+}
+
+// TestReleasedIsNotSignalled: once released, the pidfd is closed and nothing
+// vouches for the pid any more, so Signal must not reach it (or its group).
+func TestReleasedIsNotSignalled(t *testing.T) {
+	t.Parallel()
+	pid := startLeader(t, 0).Process.Pid
+	p, start := adoptNow(t, pid)
 
 	p.Release()
 	// At once: the watch may not have noticed the release yet.

@@ -80,15 +80,7 @@ func TestPIDReuseHelper(t *testing.T) {
 	// into a later tick than the one its successor starts in, or the start
 	// time could not tell them apart.
 	time.Sleep(30 * time.Millisecond)
-	start, err := StartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc, err := Adopt(pid, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awake := proc.(*adopted)
+	awake, start := adoptNow(t, pid)
 	// The same pidfd, as a watch that has not yet woken holds it: the handle's
 	// own watch closes its copy as soon as it sees the exit.
 	asleep := &adopted{g: group{pid: pid, f: dupFile(t, awake.g.f)}, exited: make(chan struct{})}
@@ -99,7 +91,7 @@ func TestPIDReuseHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-proc.Exited():
+	case <-awake.Exited():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the adopted process's exit was not reported")
 	}
@@ -112,16 +104,16 @@ func TestPIDReuseHelper(t *testing.T) {
 
 	// The handle whose watch has seen the exit.
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		if err := proc.Signal(sig); err != nil {
+		if err := awake.Signal(sig); err != nil {
 			t.Errorf("Signal(%v) after the exit: %v", sig, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := Stop(ctx, proc, 50*time.Millisecond); err != nil {
+	if err := Stop(ctx, awake, 50*time.Millisecond); err != nil {
 		t.Errorf("Stop after the exit: %v", err)
 	}
-	if got := proc.ExitStatus(); got != "exited (adopted; status unknown)" {
+	if got := awake.ExitStatus(); got != "exited (adopted; status unknown)" {
 		t.Errorf("ExitStatus = %q; want the adopted process's exit", got)
 	}
 
