@@ -51,6 +51,11 @@ export class Link extends EventEmitter {
     this.register = o.register;
     this.onFrame = o.onFrame;
     this.max = o.maxFrameBytes;
+    // What frames this link sends may be: the smaller of this.max and the
+    // manager's own limit from its REGISTER reply, since the manager answers
+    // an oversized frame with frame_too_large and no id, which would leave
+    // the request waiting for its deadline.
+    this.sendMax = o.maxFrameBytes;
     this.backoff = o.backoff;
     this.registerTimeoutMs = o.registerTimeoutMs;
     this.connectTimeoutMs = o.connectTimeoutMs;
@@ -167,6 +172,8 @@ export class Link extends EventEmitter {
       return;
     }
     sess.registered = true;
+    const limit = f.payload?.max_frame_bytes;
+    this.sendMax = Number.isInteger(limit) && limit > 0 ? Math.min(this.max, limit) : this.max;
     this.socket = sess.sock;
     this.connected = true;
     this.epoch++;
@@ -241,7 +248,7 @@ export class Link extends EventEmitter {
     frame.id = id;
     let line;
     try {
-      line = encodeFrame(frame, this.max);
+      line = encodeFrame(frame, this.sendMax);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -295,7 +302,7 @@ export class Link extends EventEmitter {
   /** Sends a frame without id. False when not connected (it is dropped). */
   send(frame) {
     if (!this.connected) return false;
-    this.write(encodeFrame(frame, this.max));
+    this.write(encodeFrame(frame, this.sendMax));
     return true;
   }
 

@@ -135,3 +135,22 @@ test('no manager at the socket: connect gives up after connectTimeoutMs with una
     (e) => e.code === 'unavailable' && /ENOENT/.test(e.message),
   );
 });
+
+test("the manager's max_frame_bytes from the REGISTER reply bounds what is sent", async () => {
+  const m = await scriptedManager((f, write) => {
+    if (f.op === 'REGISTER') {
+      write({ op: 'REPLY', id: f.id, payload: { conn: 1, protocol: 1, max_frame_bytes: 2048 } });
+      return;
+    }
+    if (f.op === 'echo') write({ op: 'REPLY', id: f.id, payload: f.payload });
+  });
+  const c = await connectClient({ socket: m.socket, logger: null }); // 1 MiB of its own
+  try {
+    assert.equal(await c.request(0, 'echo', 'q'.repeat(1500)), 'q'.repeat(1500));
+    await assert.rejects(c.request(0, 'echo', 'q'.repeat(3000)), (e) => e.code === 'frame_too_large');
+    assert.equal(m.frames.filter((f) => f.op === 'echo').length, 1, 'a request over the manager\'s limit is not sent');
+  } finally {
+    await c.close();
+    await m.close();
+  }
+});
