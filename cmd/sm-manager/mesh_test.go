@@ -369,3 +369,33 @@ func TestMeshWrongCredentials(t *testing.T) {
 		t.Fatalf("the refused manager joined: sm_hosts is %v", err)
 	}
 }
+
+// TestMeshFencesWhenCutOff: a manager that can no longer renew its leases
+// (the NATS server is gone) kills its clusters by the fence, without
+// waiting for the server; once the server is back, it takes them again.
+func TestMeshFencesWhenCutOff(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{Bin: testenv.Bin("nats-server")})
+	h := startMeshHost(t, srv.URL, "a", 0)
+	h.dial(t)
+	placed(t, []*meshHost{h}, 30*time.Second, "12 clusters ready on one host")
+	var pids []int
+	for _, cs := range h.status(t).Clusters {
+		pids = append(pids, cs.PID)
+	}
+	srv.Kill()
+	cut := time.Now()
+	for _, pid := range pids {
+		testenv.WaitFor(t, 10*time.Second, "every cluster fenced", func() bool { return syscall.Kill(pid, 0) != nil })
+	}
+	t.Logf("12 clusters fenced %v after the server died (fence at 1.5 s after the last renewal)", time.Since(cut).Round(time.Millisecond))
+	for _, cs := range h.status(t).Clusters {
+		if cs.State == "ready" || cs.PID != 0 {
+			t.Fatalf("cluster %d still runs after the fence: %+v", cs.ID, cs)
+		}
+	}
+	if !strings.Contains(h.out.String(), "lease not renewed in time") {
+		t.Fatalf("no fence logged:\n%s", h.out.String())
+	}
+	srv.Restart()
+	placed(t, []*meshHost{h}, 30*time.Second, "12 clusters ready again after the server came back")
+}
