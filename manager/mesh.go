@@ -107,7 +107,11 @@ func (m *Manager) meshHold(c int, held bool, done chan struct{}) {
 		return
 	}
 	s := t.slots[c]
-	m.log.Info("mesh: cluster here", "cluster", c, "held", held)
+	if held {
+		m.log.Info("mesh: cluster held here: supervising it", "cluster", c)
+	} else {
+		m.log.Info("mesh: cluster not held here: stopping it", "cluster", c)
+	}
 	m.setRemote(s, !held)
 	m.do(s, s.sup.Hold(time.Now(), held))
 	m.touch(s)

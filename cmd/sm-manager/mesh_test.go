@@ -265,6 +265,10 @@ func TestMeshHostsShareAndFailOver(t *testing.T) {
 	if ipc.CodeOf(err) != ipc.CodeUnavailable || !strings.Contains(err.Error(), "not held by this host") {
 		t.Fatalf("echo to b's cluster from a: %v", err)
 	}
+	// DEPLOY is refused in a mesh, and changes nothing.
+	if _, err := b.client.Request(ctx, &ipc.Frame{Op: ipc.OpDeploy}); ipc.CodeOf(err) != ipc.CodeUnavailable {
+		t.Fatalf("DEPLOY in a mesh: %v", err)
+	}
 
 	// Host c dies with its clusters: the manager and every process group.
 	c := hosts[2]
