@@ -123,7 +123,10 @@ type Manager struct {
 	resumeSavedAt time.Time
 }
 
-// New validates opts and returns a manager ready to Run.
+// New validates opts and returns a manager ready to Run. With [mesh] set it
+// also connects to the mesh's NATS server and opens its buckets, and fails
+// if it cannot (docs/multihost.md); Run closes that connection when it
+// returns, so a manager New returned must be Run.
 func New(opts Options) (*Manager, error) {
 	cfg := opts.Config
 	if cfg == nil {
