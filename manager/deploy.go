@@ -71,6 +71,9 @@ func (m *Manager) deployEvent(e evDeploy) registerResult {
 	if e.err != nil {
 		return registerResult{err: e.err}
 	}
+	if m.mesh != nil {
+		return registerResult{err: errMeshDeploy}
+	}
 	return m.startDeploy(e.f, e.cfg)
 }
 

@@ -30,7 +30,8 @@ func (m *Manager) disconnected(p *proc, c *conn) {
 
 // stop ends p, as its supervision decided: what it said last is taken while
 // it is still routed, then it is unrouted, its requests fail, and it gets
-// SIGTERM, grace, SIGKILL. Its confirmed exit arrives as evExit.
+// SIGTERM, grace, SIGKILL (a fence: SIGKILL at once). Its confirmed exit
+// arrives as evExit.
 func (m *Manager) stop(p *proc, a supervise.Action[*proc]) {
 	if t := p.beats.take(); t.n > 0 {
 		m.recordBeats(p, t) // its resume reports still count
@@ -38,6 +39,9 @@ func (m *Manager) stop(p *proc, a supervise.Action[*proc]) {
 	m.unroute(p)
 	m.logStop(p, a)
 	grace := m.cfg.Restart.StopGrace.Duration
+	if a.Kill {
+		grace = 0 // a fence: SIGKILL at once, within the lease's margin
+	}
 	m.stopWG.Add(1)
 	go func() {
 		defer m.stopWG.Done()
@@ -95,4 +99,5 @@ func (m *Manager) exited(p *proc) {
 	}
 	s := p.slot
 	m.do(s, s.sup.Exited(time.Now(), p, status))
+	m.fenceDone(s)
 }

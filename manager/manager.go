@@ -100,6 +100,7 @@ type Manager struct {
 	next      *routeTable        // the table a re-clustering deploy is building
 
 	metrics          *metrics
+	mesh             *meshState // nil on a single host (mesh.go)
 	disc             discordState
 	handoff          handoffs // QUIESCED handoffs for the next ACTIVATE (handoff.go)
 	feedDiscordDirty bool
@@ -122,14 +123,14 @@ type Manager struct {
 	resumeSavedAt time.Time
 }
 
-// New validates opts and returns a manager ready to Run.
+// New validates opts and returns a manager ready to Run. With [mesh] set it
+// also connects to the mesh's NATS server and opens its buckets, and fails
+// if it cannot (docs/multihost.md); Run closes that connection when it
+// returns, so a manager New returned must be Run.
 func New(opts Options) (*Manager, error) {
 	cfg := opts.Config
 	if cfg == nil {
 		return nil, errors.New("manager: no config")
-	}
-	if err := checkMesh(cfg); err != nil {
-		return nil, fmt.Errorf("manager: %w", err)
 	}
 	sp, err := specOf(cfg)
 	if err != nil {
@@ -190,6 +191,11 @@ func New(opts Options) (*Manager, error) {
 	m.metrics = newMetrics(opts.Registry, m)
 	m.fetchGateway = opts.FetchGateway
 	m.initDiscord(opts.Gateway)
+	if cfg.Mesh.Enabled() {
+		if err := m.joinMesh(); err != nil {
+			return nil, fmt.Errorf("manager: %w", err)
+		}
+	}
 	return m, nil
 }
 
@@ -207,30 +213,12 @@ type spec struct {
 // and say so in STATUS, so that a command on a mount not there yet is no
 // reason to leave re-adopted clusters unsupervised.
 func CheckConfig(cfg *config.Config) error {
-	if err := checkMesh(cfg); err != nil {
-		return err
-	}
 	sp, err := specOf(cfg)
 	if err != nil {
 		return err
 	}
 	if err := supervise.CheckExecutable(sp.argv[0]); err != nil {
 		return fmt.Errorf("cluster.command: %w", err)
-	}
-	return nil
-}
-
-// ErrMeshNotWired refuses a config that sets [mesh] nats_url: package mesh
-// (leases, placement, fencing on NATS JetStream) is built and tested, but
-// sm-manager does not join a mesh yet (docs/multihost.md), and a manager
-// that ran every cluster while its operator believed them shared across
-// hosts would run them twice.
-var ErrMeshNotWired = errors.New("mesh.nats_url is set, but this sm-manager does not join a mesh yet (docs/multihost.md): leave it empty to run on one host")
-
-// checkMesh refuses what this manager cannot do with cfg's [mesh].
-func checkMesh(cfg *config.Config) error {
-	if cfg.Mesh.Enabled() {
-		return ErrMeshNotWired
 	}
 	return nil
 }
@@ -277,6 +265,10 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	m.started = time.Now()
 	m.loadResume()
 	m.restore()
+	stopMesh := func() {}
+	if m.mesh != nil {
+		stopMesh = m.runMesh() // before Ensure: only held clusters spawn
+	}
 	now := time.Now()
 	for _, s := range m.table().slots {
 		m.do(s, s.sup.Ensure(now))
@@ -301,6 +293,9 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	m.connWG.Wait()
 	m.stopWG.Wait()
 	m.failAllPending() // anything a reader added meanwhile
+	// Last: the leases are released once their processes are gone, and
+	// renewed until then.
+	stopMesh()
 	return nil
 }
 

@@ -92,6 +92,14 @@ type (
 	evIdentifyExpire struct{ r *identReq }
 	// evGateDue is the identify gate's next slot (identify.go).
 	evGateDue struct{}
+	// evMeshHold is the mesh agent's decision: this host holds cluster's
+	// lease (take) or must stop it (a fence, a lost lease, leaving), and
+	// then done, if set, is closed once its processes are gone (mesh.go).
+	evMeshHold struct {
+		cluster int
+		held    bool
+		done    chan struct{}
+	}
 	// evFunc runs a function on the loop: tests read loop-owned state with it.
 	evFunc func(*Manager)
 )
@@ -112,6 +120,7 @@ func (evTimer) isEvent()          {}
 func (evAdoptDone) isEvent()      {}
 func (evIdentifyExpire) isEvent() {}
 func (evGateDue) isEvent()        {}
+func (evMeshHold) isEvent()       {}
 func (evFunc) isEvent()           {}
 
 // apply handles one event on the loop.
@@ -150,6 +159,8 @@ func (m *Manager) apply(ev event) {
 		m.identifyExpired(ev.r)
 	case evGateDue:
 		m.gateDue()
+	case evMeshHold:
+		m.meshHold(ev.cluster, ev.held, ev.done)
 	case evFunc:
 		ev(m)
 	default:

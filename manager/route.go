@@ -179,6 +179,11 @@ func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
 		m.send(pr, p)
 		return
 	}
+	if s.remote.Load() {
+		s.mu.Unlock()
+		m.fail(p, errNotHere(cluster))
+		return
+	}
 	if s.waitingLiveLocked() >= m.cfg.Limits.MaxWaiting {
 		s.mu.Unlock()
 		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is restarting and %d requests already wait for it (limits.max_waiting)", cluster, m.cfg.Limits.MaxWaiting))
@@ -398,7 +403,11 @@ func (m *Manager) broadcast(from *conn, f *ipc.Frame, table *routeTable, timeout
 		bc.results[i].cluster = i
 		if !pr.usable() {
 			p.done.Store(true)
-			bc.set(i, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i))
+			e := ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i)
+			if table.slots[i].remote.Load() {
+				e = errNotHere(i)
+			}
+			bc.set(i, nil, e)
 			continue
 		}
 		m.arm(p)

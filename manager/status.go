@@ -27,6 +27,8 @@ type Status struct {
 	// thousand clusters with 1 KiB heartbeats); the heartbeat events that
 	// follow carry them.
 	HeartbeatsOmitted bool `json:"heartbeats_omitted,omitempty"`
+	// Hosts are the hosts of the mesh, with [mesh] set (docs/multihost.md).
+	Hosts []HostStatus `json:"hosts,omitempty"`
 }
 
 // withoutHeartbeats is st with no cluster's heartbeat payload.
@@ -74,6 +76,9 @@ type ClusterStatus struct {
 	Waiting     int             `json:"waiting"`   // requests queued for the cluster
 	Deploying   bool            `json:"deploying"` // a deploy is moving this cluster
 	Heartbeat   json.RawMessage `json:"heartbeat,omitempty"`
+	// HostID is the mesh host holding the cluster's lease, with [mesh] set
+	// ("" while none does).
+	HostID string `json:"host_id,omitempty"`
 
 	publicExit string // LastExit for the public feed (see public)
 }
@@ -123,6 +128,9 @@ func (m *Manager) snapshot(now time.Time) Status {
 	for i, s := range table.slots {
 		st.Clusters[i] = m.clusterStatus(table, s, now)
 	}
+	if m.mesh != nil {
+		st.Hosts = m.meshHosts(now)
+	}
 	return st
 }
 
@@ -133,7 +141,7 @@ func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) Clust
 	cs := ClusterStatus{
 		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
 		Restarts: v.Restarts, CrashLoop: v.CrashLoop, HeartbeatMS: -1, LastExit: v.LastExit, publicExit: v.LastExitPublic,
-		Deploying: v.Owned,
+		Deploying: v.Owned, HostID: m.meshOwner(s.id),
 	}
 	s.mu.Lock()
 	cs.Waiting = s.waitingLiveLocked()

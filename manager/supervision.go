@@ -34,6 +34,9 @@ type slot struct {
 	mu      sync.Mutex // guards the fields that follow (lock order: see Manager)
 	waiting []*pending // requests that arrived while the cluster had no routed process
 	retired bool       // replaced by a re-clustering: requests go to the new table
+	// remote: in a mesh, this host does not hold the cluster's lease, and
+	// requests for it are answered unavailable (written under mu).
+	remote atomic.Bool
 }
 
 func newSlot(topo generation.Topology, id int, gen int64, rules *supervise.Rules) *slot {

@@ -57,6 +57,20 @@ func (a *Agent) Snapshot() Snapshot {
 	return Snapshot{Hosts: slices.Clone(a.hosts), Held: maps.Clone(a.held), Leases: maps.Clone(a.leases)}
 }
 
+// Holder returns who holds cluster c's lease as this agent last knew: this
+// host for the leases it holds, else the last read of the bucket.
+func (a *Agent) Holder(c int) (Holder, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.held[c]; ok {
+		return a.Me, true
+	}
+	if l, ok := a.leases[c]; ok && !l.Gone {
+		return l.Holder, true
+	}
+	return Holder{}, false
+}
+
 func (a *Agent) now() time.Time {
 	if a.Now != nil {
 		return a.Now()

@@ -82,6 +82,7 @@ func (s *Store) Hosts(ctx context.Context) ([]HostRecord, error) {
 			return nil, fmt.Errorf("mesh: reading host %s: %w", k, err)
 		}
 		if r, err := decodeHost(e.Value()); err == nil {
+			r.Written = e.Created()
 			out = append(out, r)
 		}
 	}

@@ -39,6 +39,9 @@ type HostRecord struct {
 	Topology Topology `json:"topology"`
 	// Started is when this boot started (the host's wall clock, for people).
 	Started time.Time `json:"started"`
+	// Written is when the server stored the record as last read (its
+	// clock): not part of the record, filled in by Store.Hosts.
+	Written time.Time `json:"-"`
 }
 
 // Topology is a host's [topology], as far as the mesh needs it.

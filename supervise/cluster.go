@@ -134,6 +134,9 @@ type Action[P comparable] struct {
 	Why       string
 	Fault     bool
 	Silent    time.Duration
+	// Kill, on an ActStop, asks for SIGKILL at once, with no grace: a fence
+	// (Hold), which must be done within the lease's margin.
+	Kill bool
 }
 
 // Why a Cluster stops or quiesces a process on its own.
@@ -148,6 +151,7 @@ const (
 	whyShutdown    = "shutdown"
 	whyStale       = "no longer its cluster's"
 	whyReadopted   = "re-adopted"
+	whyFenced      = "lease not held"
 )
 
 // Admission refusals (Admissible).
@@ -197,6 +201,7 @@ type member[P comparable] struct {
 	routed    bool
 	activated bool
 	quiesced  bool      // sent QUIESCED
+	killed    bool      // a fence's ActStop with Kill went out
 	quiesceBy time.Time // while quiescing: when it is stopped (zero once handled)
 	lostBy    time.Time // after a lost connection: when it is stopped (zero once handled)
 }
@@ -227,6 +232,7 @@ type Cluster[P comparable] struct {
 	retired   bool   // replaced by a re-clustering, or a survivor's slot of another topology
 	adopting  bool   // the adopt window is open: a dead process is respawned when it closes
 	closing   bool   // the manager is shutting down: no more spawns
+	unheld    bool   // in a mesh, another host may hold the cluster's lease: no spawns (Hold)
 	out       []Action[P]
 	changed   bool
 }
@@ -284,7 +290,7 @@ func (c *Cluster[P]) Ensure(now time.Time) []Action[P] {
 // respawn asks for the supervised process, unless the cluster has one, a
 // deploy owns it, it was retired, or the manager is shutting down.
 func (c *Cluster[P]) respawn() {
-	if c.current != nil || c.spawning || c.owned || c.retired || c.closing {
+	if c.current != nil || c.spawning || c.owned || c.retired || c.closing || c.unheld {
 		return
 	}
 	c.spawning = true
@@ -570,7 +576,7 @@ func (c *Cluster[P]) Exited(now time.Time, p P, status string) []Action[P] {
 		return c.done()
 	}
 	c.current, c.lastExit, c.lastPub = nil, status, status // "exit status 1": nothing of the command
-	if !c.closing && !c.owned && !c.retired && !c.adopting {
+	if !c.closing && !c.owned && !c.retired && !c.adopting && !c.unheld {
 		c.scheduleRestart(now)
 	}
 	return c.done()
@@ -798,6 +804,43 @@ func (c *Cluster[P]) StopAll(now time.Time, why string) []Action[P] {
 	}
 	return c.done()
 }
+
+// --- Mesh -------------------------------------------------------------------
+
+// Hold reports whether this host holds the cluster's lease in a mesh
+// (docs/multihost.md). A Cluster is held from NewCluster on: a single host
+// holds every cluster. Without the lease nothing is spawned, a pending
+// respawn is dropped, and every process is killed at once (ActStop with
+// Kill, also one already stopping with a grace): this is the fence, and it
+// has only the lease's margin, not a stop grace. Held again, the cluster is
+// spawned as at a first start.
+func (c *Cluster[P]) Hold(now time.Time, held bool) []Action[P] {
+	if held {
+		if c.unheld {
+			c.unheld = false
+			c.respawn() // its Spawned or SpawnFailed says what changed
+		}
+		return c.done()
+	}
+	if !c.unheld {
+		c.unheld, c.changed = true, true
+	}
+	c.disarm()
+	for _, m := range c.procs {
+		if !m.killed {
+			m.killed = true
+			m.state, m.routed, c.changed = StateStopping, false, true
+			c.emit(Action[P]{Kind: ActStop, Proc: m.p, Why: whyFenced, Kill: true})
+		}
+	}
+	return c.done()
+}
+
+// Held reports whether the cluster may run here (see Hold).
+func (c *Cluster[P]) Held() bool { return !c.unheld }
+
+// Empty reports whether every process the cluster was told of has exited.
+func (c *Cluster[P]) Empty() bool { return len(c.procs) == 0 }
 
 // --- Views ------------------------------------------------------------------
 

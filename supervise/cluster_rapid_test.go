@@ -283,11 +283,29 @@ func TestClusterRandomized(t *testing.T) {
 				return true
 			},
 		}
+		// A mesh's lease, lost and taken again: unheld, nothing is spawned
+		// (the fake flags any spawn) and every process is killed.
+		actions["unhold"] = func() bool {
+			note("fenced")
+			run(f.c.Hold(f.now, false))
+			for _, p := range f.order {
+				if !p.gone && !p.stopped {
+					t.Fatalf("process %d not stopped by the fence: %q", p.id, f.calls)
+				}
+			}
+			return true
+		}
+		actions["hold"] = func() bool {
+			beforeSpawn()
+			run(f.c.Hold(f.now, true))
+			return true
+		}
 		weighted := []string{
 			"register", "register", "register", "greeted", "greeted", "register_again", "heartbeat", "heartbeat", "heartbeat", "heartbeat",
 			"frames", "disconnect", "quiesced", "exit", "exit", "exit", "exit", "advance", "advance", "advance",
 			"tick", "tick", "due", "due", "due", "stop", "quiesce", "adopt_done",
 			"take", "deploy_spawn", "deploy_route", "deploy_activate", "retire", "release",
+			"unhold", "hold",
 		}
 		for range rapid.IntRange(0, 200).Draw(t, "steps") {
 			name := rapid.SampledFrom(weighted).Draw(t, "action")

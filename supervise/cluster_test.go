@@ -117,8 +117,8 @@ func (f *fake) act(a Action[int]) {
 	switch a.Kind {
 	case ActSpawn:
 		v := f.c.View()
-		if f.closed || v.HasCurrent || v.Owned {
-			f.bad("spawn while closed %v, with a process %v, owned %v", f.closed, v.HasCurrent, v.Owned)
+		if f.closed || v.HasCurrent || v.Owned || !f.c.Held() {
+			f.bad("spawn while closed %v, with a process %v, owned %v, held %v", f.closed, v.HasCurrent, v.Owned, f.c.Held())
 		}
 		if a.Restart != (f.total > 0) {
 			f.bad("spawn restart=%v after %d restarts", a.Restart, f.total)
@@ -135,12 +135,16 @@ func (f *fake) act(a Action[int]) {
 		f.run(f.c.Spawned(f.now, p.id))
 	case ActStop:
 		p := f.live("stop", a.Proc)
-		if p.stopped {
+		if p.stopped && !a.Kill { // a fence kills one stopping with a grace
 			f.bad("stop of %d twice", a.Proc)
 		}
 		p.stopped = true
 		if f.routed == p.id {
 			f.routed = 0 // a stop unroutes
+		}
+		if a.Kill {
+			f.call("kill %d %s", a.Proc, a.Why)
+			return
 		}
 		f.call("stop %d %s", a.Proc, a.Why)
 	case ActQuiesce:
@@ -316,8 +320,9 @@ func (f *fake) violations() []string {
 			v = append(v, fmt.Sprintf("the supervised process %d is gone", cv.Current))
 		}
 	}
-	// Liveness: a cluster nothing holds back has a process, or a respawn due.
-	if !cv.Owned && !f.c.closing && !f.c.retired && !f.c.adopting && !cv.HasCurrent && !f.armed && f.spawnCount > 0 {
+	// Liveness: a cluster nothing holds back (a deploy, shutdown, a retirement,
+	// the adopt window, another host's lease) has a process, or a respawn due.
+	if !cv.Owned && !f.c.closing && !f.c.retired && !f.c.adopting && !f.c.unheld && !cv.HasCurrent && !f.armed && f.spawnCount > 0 {
 		v = append(v, "the cluster has no process and no respawn due")
 	}
 	if cv.CrashLoop != f.crashLoop {
@@ -788,6 +793,38 @@ func TestClusterShutdown(t *testing.T) {
 	if len(h.c.procs) != 0 {
 		t.Fatalf("%d processes left", len(h.c.procs))
 	}
+}
+
+// TestClusterHold: a cluster whose lease this host lost is killed at once,
+// even while stopping with a grace, and never respawned until held again.
+func TestClusterHold(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.serving()
+	h.do(func() []Action[int] { return h.c.Hold(h.now, false) }, "kill 1 lease not held", "changed")
+	if h.c.Held() || h.c.Empty() {
+		t.Fatalf("held %v, empty %v after the fence", h.c.Held(), h.c.Empty())
+	}
+	h.do(func() []Action[int] { return h.c.Hold(h.now, false) }) // once is enough
+	h.exit(1, "changed")
+	if !h.c.Empty() {
+		t.Fatal("not empty after the exit")
+	}
+	h.ensure()
+	h.do(func() []Action[int] { return h.c.Hold(h.now, true) }, "spawn 2", "changed")
+
+	// A process stopping with a grace (a silence) is killed all the same.
+	h = newHarness(t, testRules())
+	h.ensure("spawn 1", "changed")
+	h.do(func() []Action[int] { return h.c.Stop(h.now, 1, "test") }, "stop 1 test", "changed")
+	h.do(func() []Action[int] { return h.c.Hold(h.now, false) }, "kill 1 lease not held", "changed")
+	h.exit(1, "changed")
+	h.advance(time.Minute)
+	h.due(TimerRestart, 0)
+
+	// A cluster never held here is never spawned.
+	h = newHarness(t, testRules())
+	h.do(func() []Action[int] { return h.c.Hold(h.now, false) }, "changed")
+	h.ensure()
 }
 
 func TestClusterActivationWaits(t *testing.T) {

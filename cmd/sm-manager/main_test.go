@@ -19,7 +19,10 @@ import (
 	"github.com/sm-supervisor/sm/ipc"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, ".", "../cluster-harness") }
+// TestMain builds nats-server from its Go module too, for the mesh tests.
+func TestMain(m *testing.M) {
+	testenv.Main(m, ".", "../cluster-harness", "github.com/nats-io/nats-server/v2")
+}
 
 // fakeDiscord is Discord's GET /gateway/bot, for tests only. It answers 429
 // first when told to, and refuses any other token.
@@ -212,28 +215,5 @@ func TestCheckRefusesCommandThatCannotRun(t *testing.T) {
 	}
 	if out, err := check(testenv.Bin("cluster-harness")); err != nil || !strings.Contains(out, "configuration OK") {
 		t.Errorf("a runnable command: -check = %v:\n%s", err, out)
-	}
-}
-
-// TestMeshNotYetJoined: package mesh exists, but sm-manager does not join a
-// mesh yet; a file that asks it to is refused, by -check and at start, rather
-// than run every cluster on each host.
-func TestMeshNotYetJoined(t *testing.T) {
-	dir := t.TempDir()
-	doc := fmt.Sprintf("socket = %q\n[topology]\ntotal_shards = 2\nshards_per_cluster = 2\n[cluster]\ncommand = [%q]\n"+
-		"[mesh]\nnats_url = \"nats://127.0.0.1:4222\"\nhost_id = \"a\"\n",
-		filepath.Join(dir, "sm.sock"), testenv.Bin("cluster-harness"))
-	path := filepath.Join(dir, "sm.toml")
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"-config", path, "-check"}, {"-config", path}} {
-		out, err := exec.Command(testenv.Bin("sm-manager"), args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "does not join a mesh yet") {
-			t.Errorf("sm-manager %v = %v:\n%s", args, err, out)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "sm.sock")); err == nil {
-		t.Errorf("the refused manager made its socket")
 	}
 }

@@ -1,0 +1,196 @@
+package manager
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/mesh"
+)
+
+// A manager in a mesh (docs/multihost.md): its mesh.Agent takes, renews and
+// fences leases, and the loop supervises only the clusters this host holds.
+// The agent's decisions reach the loop as evMeshHold events; the clusters'
+// supervision (supervise.Cluster.Hold) decides what a lease held or lost
+// means for their processes.
+
+// meshState is a manager's part of a mesh; nil on a single host.
+type meshState struct {
+	nc    *nats.Conn
+	agent *mesh.Agent
+
+	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
+	// process of the cluster to be confirmed gone.
+	fences map[int][]chan struct{}
+}
+
+// joinMesh connects to the mesh's NATS server and opens its buckets, so
+// that a manager that cannot join (refused credentials: mesh.ErrRefused, no
+// server, another lease) refuses to start, having joined nothing: its host
+// record is written only once Run runs the agent.
+func (m *Manager) joinMesh() error {
+	cfg := m.cfg.Mesh
+	nc, err := mesh.Connect(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lease.Duration)
+	defer cancel()
+	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	topo := m.table().topo
+	ms := &meshState{nc: nc, fences: map[int][]chan struct{}{}}
+	ms.agent = &mesh.Agent{
+		Store:    st,
+		Me:       mesh.Holder{Host: cfg.HostID, Boot: mesh.NewBootID()},
+		Capacity: cfg.MaxClusters,
+		Topology: mesh.Topology{TotalShards: topo.Total, ShardsPerCluster: topo.PerCluster},
+		Log:      m.log,
+		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
+		Stop:     m.meshStop,
+	}
+	m.mesh = ms
+	return nil
+}
+
+// meshStop is the agent's Stop: it returns once every process of cluster c
+// is confirmed gone (a fence is a SIGKILL of the group), or once the manager
+// has stopped, when none is left.
+func (m *Manager) meshStop(c int) {
+	done := make(chan struct{})
+	m.post(evMeshHold{cluster: c, done: done})
+	select {
+	case <-done:
+	case <-m.done:
+	}
+}
+
+// runMesh starts the agent; the function it returns stops it (releasing
+// the leases, whose clusters' processes are gone by then) and closes the
+// connection.
+func (m *Manager) runMesh() (stop func()) {
+	now := time.Now()
+	for _, s := range m.table().slots {
+		m.setRemote(s, true)
+		m.do(s, s.sup.Hold(now, false)) // a previous boot's survivors too: fenced
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := m.mesh.agent.Run(ctx); err != nil {
+			m.log.Error("mesh: agent stopped", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		m.mesh.nc.Close()
+	}
+}
+
+// meshHold carries out the agent's decision about cluster c: held, it may
+// run here; not held, its processes are killed, and done (if any) is closed
+// once they are all gone.
+func (m *Manager) meshHold(c int, held bool, done chan struct{}) {
+	t := m.table()
+	if c < 0 || c >= len(t.slots) {
+		if done != nil {
+			close(done)
+		}
+		return
+	}
+	s := t.slots[c]
+	if held {
+		m.log.Info("mesh: cluster held here: supervising it", "cluster", c)
+	} else {
+		m.log.Info("mesh: cluster not held here: stopping it", "cluster", c)
+	}
+	m.setRemote(s, !held)
+	m.do(s, s.sup.Hold(time.Now(), held))
+	m.touch(s)
+	if done != nil {
+		m.mesh.fences[c] = append(m.mesh.fences[c], done)
+	}
+	m.fenceDone(s)
+}
+
+// fenceDone closes the fences waiting on s once its processes are all gone.
+func (m *Manager) fenceDone(s *slot) {
+	if m.mesh == nil || !s.sup.Empty() {
+		return
+	}
+	for _, d := range m.mesh.fences[s.id] {
+		close(d)
+	}
+	delete(m.mesh.fences, s.id)
+}
+
+// setRemote marks s as held elsewhere (or not): requests for it are then
+// answered unavailable at once, those waiting for it too.
+func (m *Manager) setRemote(s *slot, remote bool) {
+	s.mu.Lock()
+	s.remote.Store(remote)
+	var waiting []*pending
+	if remote {
+		waiting, s.waiting = s.waiting, nil
+	}
+	s.mu.Unlock()
+	for _, p := range waiting {
+		m.fail(p, errNotHere(s.id))
+	}
+}
+
+// errNotHere answers a request for a cluster this host does not hold.
+// Cross-host forwarding is not built yet (docs/multihost.md).
+func errNotHere(c int) *ipc.Error {
+	return ipc.Errorf(ipc.CodeUnavailable, "cluster %d is not held by this host (cross-host routing is not built yet)", c)
+}
+
+// HostStatus is one host of a mesh in a Status.
+type HostStatus struct {
+	ID       string `json:"id"`
+	Capacity int    `json:"capacity"` // mesh.max_clusters; 0 is no limit
+	Clusters []int  `json:"clusters"` // the clusters it holds, as it last wrote
+	// LeaseAgeMS is how long ago the host last renewed its record: the NATS
+	// server's store time against this host's clock, as last read.
+	LeaseAgeMS int64 `json:"lease_age_ms"`
+	Self       bool  `json:"self,omitempty"` // this manager
+}
+
+// meshHosts is the hosts of the mesh as the agent last read them.
+func (m *Manager) meshHosts(now time.Time) []HostStatus {
+	snap := m.mesh.agent.Snapshot()
+	out := make([]HostStatus, 0, len(snap.Hosts))
+	for _, h := range snap.Hosts {
+		hs := HostStatus{ID: h.Host, Capacity: h.Capacity, Clusters: slices.Clone(h.Clusters),
+			LeaseAgeMS: max(0, now.Sub(h.Written).Milliseconds()), Self: h.Holder == m.mesh.agent.Me}
+		if hs.Clusters == nil {
+			hs.Clusters = []int{}
+		}
+		out = append(out, hs)
+	}
+	return out
+}
+
+// meshOwner is the host holding cluster c's lease, "" if none (or no mesh).
+func (m *Manager) meshOwner(c int) string {
+	if m.mesh == nil {
+		return ""
+	}
+	h, ok := m.mesh.agent.Holder(c)
+	if !ok {
+		return ""
+	}
+	return h.Host
+}
+
+// errMeshDeploy refuses a DEPLOY in a mesh: a deploy spawns every cluster
+// of the topology, and across hosts it must move each on its holder.
+var errMeshDeploy = ipc.Errorf(ipc.CodeUnavailable, "DEPLOY is not supported with [mesh] yet (docs/multihost.md)")
