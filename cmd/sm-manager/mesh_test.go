@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,30 +27,11 @@ import (
 // The mesh tests run real sm-manager processes joined through a real
 // nats-server, with a 2 s lease: renewals every 500 ms, the fence at 1.5 s.
 
-// lockedBuffer is a manager's output, written by its process and read by
-// the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // meshHost is one sm-manager process of a mesh.
 type meshHost struct {
 	id, sock string
 	cmd      *exec.Cmd
-	out      *lockedBuffer
+	out      *testenv.Buffer
 	done     chan struct{}
 	client   *ipc.Client
 }
@@ -98,7 +78,7 @@ lease = "2s"
 func startMeshHost(t *testing.T, url, id string, maxClusters int) *meshHost {
 	t.Helper()
 	path, sock := meshConfig(t, url, id, maxClusters, "")
-	h := &meshHost{id: id, sock: sock, out: &lockedBuffer{}, done: make(chan struct{})}
+	h := &meshHost{id: id, sock: sock, out: &testenv.Buffer{}, done: make(chan struct{})}
 	h.cmd = exec.Command(testenv.Bin("sm-manager"), "-config", path)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
@@ -245,7 +225,7 @@ func TestMeshHostsShareAndFailOver(t *testing.T) {
 				}
 			}
 			for _, c := range st.Clusters {
-				if !containsInt(by[c.HostID], c.ID) {
+				if !slices.Contains(by[c.HostID], c.ID) {
 					return false
 				}
 			}
@@ -308,16 +288,7 @@ func TestMeshHostsShareAndFailOver(t *testing.T) {
 	// The others leave cleanly, releasing their leases.
 	a.stop(t)
 	b.stop(t)
-	nc, err := nats.Connect(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "sm_leases")
+	kv, err := jetStream(t, srv.URL).KeyValue(ctx, "sm_leases")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,13 +297,20 @@ func TestMeshHostsShareAndFailOver(t *testing.T) {
 	}
 }
 
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
+// jetStream connects the test itself to the mesh's NATS server, closed at
+// the test's end.
+func jetStream(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // TestMeshWrongCredentials: a manager whose NATS credentials the server
@@ -358,15 +336,7 @@ func TestMeshWrongCredentials(t *testing.T) {
 	if _, err := os.Stat(sock); err == nil {
 		t.Error("the refused manager made its socket")
 	}
-	nc, err := nats.Connect(srv.URL, nats.Token("right-token-1234"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, srv.URL, nats.Token("right-token-1234"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := js.KeyValue(ctx, "sm_hosts"); !errors.Is(err, jetstream.ErrBucketNotFound) {
