@@ -270,7 +270,7 @@ export class Cluster extends Peer {
     }
     const s = `{"op":"REPLY","id":${JSON.stringify(id)},"payload":${body ?? 'null'}}`;
     try {
-      checkSize(s, this.link.max, 'REPLY');
+      checkSize(s, this.link.sendMax, 'REPLY');
     } catch (err) {
       this.replyError(epoch, id, err.toJSON());
       return;
@@ -517,7 +517,7 @@ export class Cluster extends Peer {
     // then the resume state, rather than lose it.
     const fits = () => {
       try {
-        checkSize(JSON.stringify({ ...f, id: 'zzzzzzzzzzzz' }), this.link.max, 'QUIESCED');
+        checkSize(JSON.stringify({ ...f, id: 'zzzzzzzzzzzz' }), this.link.sendMax, 'QUIESCED');
         return true;
       } catch (err) {
         this.logger.warn(`sm: ${err.message}`);
