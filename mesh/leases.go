@@ -24,6 +24,18 @@ func leaseKey(c int) string { return "c." + strconv.Itoa(c) }
 // at rev of an entry that still names h (see Take in Decide). The returned
 // Held counts from the moment the request was sent, on the monotonic clock.
 func (s *Store) Take(ctx context.Context, c int, h Holder, rev uint64) (Held, error) {
+	return s.writeLease(ctx, c, h, rev, "taking")
+}
+
+// Renew writes cluster c's lease again, at rev, the revision of the holder's
+// last write.
+func (s *Store) Renew(ctx context.Context, c int, h Holder, rev uint64) (Held, error) {
+	return s.writeLease(ctx, c, h, rev, "renewing")
+}
+
+// writeLease writes c's lease for h: a create with rev 0, else an update at
+// rev. what names the operation in its error.
+func (s *Store) writeLease(ctx context.Context, c int, h Holder, rev uint64, what string) (Held, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	sent := time.Now()
@@ -36,20 +48,7 @@ func (s *Store) Take(ctx context.Context, c int, h Holder, rev uint64) (Held, er
 		n, err = s.leases.Update(ctx, leaseKey(c), v, rev)
 	}
 	if err != nil {
-		return Held{}, leaseErr("taking", c, err)
-	}
-	return Held{Rev: n, Sent: sent}, nil
-}
-
-// Renew writes cluster c's lease again, at rev, the revision of the holder's
-// last write.
-func (s *Store) Renew(ctx context.Context, c int, h Holder, rev uint64) (Held, error) {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
-	sent := time.Now()
-	n, err := s.leases.Update(ctx, leaseKey(c), encode(LeaseRecord{Holder: h, Cluster: c}), rev)
-	if err != nil {
-		return Held{}, leaseErr("renewing", c, err)
+		return Held{}, leaseErr(what, c, err)
 	}
 	return Held{Rev: n, Sent: sent}, nil
 }
