@@ -265,7 +265,7 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	m.started = time.Now()
 	m.loadResume()
 	m.restore()
-	stopMesh := func() {}
+	stopMesh := func(release bool) {}
 	if m.mesh != nil {
 		stopMesh = m.runMesh() // before Ensure: only held clusters spawn
 	}
@@ -294,8 +294,9 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	m.stopWG.Wait()
 	m.failAllPending() // anything a reader added meanwhile
 	// Last: the leases are released once their processes are gone, and
-	// renewed until then.
-	stopMesh()
+	// renewed until then. A process the kernel never confirmed gone (stuck
+	// past SIGKILL) keeps its lease unreleased: it expires a lease later.
+	stopMesh(len(m.procs) == 0)
 	return nil
 }
 

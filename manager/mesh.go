@@ -61,7 +61,8 @@ func (m *Manager) joinMesh() error {
 
 // meshStop is the agent's Stop: it returns once every process of cluster c
 // is confirmed gone (a fence is a SIGKILL of the group), or once the manager
-// has stopped, when none is left.
+// has stopped (when the leases are released only if none is left: see
+// runMesh).
 func (m *Manager) meshStop(c int) {
 	done := make(chan struct{})
 	m.post(evMeshHold{cluster: c, done: done})
@@ -71,10 +72,11 @@ func (m *Manager) meshStop(c int) {
 	}
 }
 
-// runMesh starts the agent; the function it returns stops it (releasing
-// the leases, whose clusters' processes are gone by then) and closes the
-// connection.
-func (m *Manager) runMesh() (stop func()) {
+// runMesh starts the agent; the function it returns stops it and closes the
+// connection. With release it lets the agent release the leases (their
+// clusters' processes are confirmed gone); without, it closes the connection
+// first, so the leases are left to expire: some process may still be alive.
+func (m *Manager) runMesh() (stop func(release bool)) {
 	now := time.Now()
 	for _, s := range m.table().slots {
 		m.setRemote(s, true)
@@ -88,7 +90,11 @@ func (m *Manager) runMesh() (stop func()) {
 			m.log.Error("mesh: agent stopped", "err", err)
 		}
 	}()
-	return func() {
+	return func(release bool) {
+		if !release {
+			m.log.Warn("mesh: leaving without releasing leases: a cluster process was not confirmed gone")
+			m.mesh.nc.Close()
+		}
 		cancel()
 		<-done
 		m.mesh.nc.Close()
