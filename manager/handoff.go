@@ -22,7 +22,7 @@ import (
 // has been read to its end (at most the 1 s an exited process's connection
 // is given: exitDrainWait).
 //
-// All of it is loop-owned.
+// All of it is loop-owned; newHandoffs makes its maps.
 type handoffs struct {
 	// bySlot is the handoff waiting for each cluster's next ACTIVATE.
 	bySlot map[*slot]json.RawMessage
@@ -33,6 +33,11 @@ type handoffs struct {
 	// after holds the ACTIVATEs waiting for a predecessor's connection:
 	// predecessor → the process to activate.
 	after map[*proc]*proc
+}
+
+// newHandoffs is the empty set, its maps made once.
+func newHandoffs() handoffs {
+	return handoffs{bySlot: map[*slot]json.RawMessage{}, active: map[*slot]*proc{}, after: map[*proc]*proc{}}
 }
 
 // keepHandoff keeps a QUIESCED's handoff h for the cluster's next ACTIVATE,
@@ -58,9 +63,6 @@ func (m *Manager) keepHandoff(p *proc, h json.RawMessage) {
 		log.Debug("ignoring the handoff of a process of a retired topology")
 		return
 	}
-	if m.handoff.bySlot == nil {
-		m.handoff.bySlot = map[*slot]json.RawMessage{}
-	}
 	for s := range m.handoff.bySlot {
 		if s.retiredNow() {
 			delete(m.handoff.bySlot, s) // re-clustered away before its ACTIVATE
@@ -81,9 +83,6 @@ func (m *Manager) activationWaits(p *proc) bool {
 	}
 	if m.handoff.after[q] == p {
 		return true // already waiting (a deploy may ask again)
-	}
-	if m.handoff.after == nil {
-		m.handoff.after = map[*proc]*proc{}
 	}
 	m.handoff.after[q] = p
 	m.log.Debug("ACTIVATE waits for the quiesced process's last frames", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "after_pid", q.pid())
@@ -108,9 +107,6 @@ func (m *Manager) sendActivate(p *proc) {
 			delete(m.handoff.bySlot, s) // consumed once
 		}
 	}
-	if m.handoff.active == nil {
-		m.handoff.active = map[*slot]*proc{}
-	}
 	m.handoff.active[s] = p
 }
 
@@ -133,17 +129,11 @@ func (m *Manager) handoffDrained(q *proc) {
 func (m *Manager) restoreHandoffs(t *routeTable, saved map[int]string) {
 	for id, h := range saved {
 		if id >= 0 && id < len(t.slots) && h != "" {
-			if m.handoff.bySlot == nil {
-				m.handoff.bySlot = map[*slot]json.RawMessage{}
-			}
 			m.handoff.bySlot[t.slots[id]] = json.RawMessage(h)
 		}
 	}
 	for _, p := range m.procs {
 		if p.view().Activated && !p.slot.retired {
-			if m.handoff.active == nil {
-				m.handoff.active = map[*slot]*proc{}
-			}
 			m.handoff.active[p.slot] = p
 		}
 	}

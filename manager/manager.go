@@ -140,6 +140,7 @@ func New(opts Options) (*Manager, error) {
 		cfg:     cfg,
 		specs:   map[int64]spec{1: sp},
 		gen:     1,
+		handoff: newHandoffs(),
 		spawner: opts.Spawner,
 		log:     opts.Logger,
 		rules: supervise.Rules{
