@@ -245,10 +245,7 @@ func (m *Manager) handle(c *conn, f *ipc.Frame) {
 			c.replyErr(f.ID, ipc.CodeForbidden, "QUIESCED is for cluster connections")
 			return
 		}
-		if len(f.Handoff) > 0 {
-			m.post(evHandoff{p: c.proc, handoff: f.Handoff}) // handoff.go
-		}
-		m.post(evQuiesced{p: c.proc, resume: f.Resume})
+		m.post(evQuiesced{p: c.proc, resume: f.Resume, handoff: f.Handoff})
 		c.reply(f.ID, nil)
 	case ipc.OpRegister:
 		c.replyErr(f.ID, ipc.CodeForbidden, "connection is already registered")

@@ -32,16 +32,12 @@ type (
 	evRegistered struct{ p *proc }
 	// evHeartbeat asks the loop to take p's heartbeats now (heartbeat.go).
 	evHeartbeat struct{ p *proc }
-	// evHandoff is a QUIESCED's handoff, posted just before the QUIESCED
-	// itself (handoff.go).
-	evHandoff struct {
-		p       *proc
-		handoff json.RawMessage
-	}
-	// evQuiesced is a cluster's QUIESCED, with its resume state (quiesce.go).
+	// evQuiesced is a cluster's QUIESCED, with its resume state and its
+	// handoff for the next ACTIVATE (quiesce.go, handoff.go).
 	evQuiesced struct {
-		p      *proc
-		resume json.RawMessage
+		p       *proc
+		resume  json.RawMessage
+		handoff json.RawMessage
 	}
 	// evIdentify is a cluster's IDENTIFY (identify.go).
 	evIdentify struct {
@@ -107,7 +103,6 @@ type (
 func (evRegister) isEvent()       {}
 func (evRegistered) isEvent()     {}
 func (evHeartbeat) isEvent()      {}
-func (evHandoff) isEvent()        {}
 func (evQuiesced) isEvent()       {}
 func (evIdentify) isEvent()       {}
 func (evIdentifyCancel) isEvent() {}
@@ -132,9 +127,10 @@ func (m *Manager) apply(ev event) {
 		m.greeted(ev.p)
 	case evHeartbeat:
 		m.drainBeat(ev.p)
-	case evHandoff:
-		m.keepHandoff(ev.p, ev.handoff)
 	case evQuiesced:
+		if len(ev.handoff) > 0 {
+			m.keepHandoff(ev.p, ev.handoff) // before the QUIESCED is acted on
+		}
 		m.quiesced(ev.p, ev.resume)
 	case evIdentify:
 		m.identify(ev.c, ev.f)
