@@ -18,24 +18,34 @@ import { prepareBot, startSm, readEventLog, waitFor, sleep, bucketGaps } from '.
 
 const TOKEN = 'ZmFrZQ.fake-token-for-tests.0000000000000000000000000';
 
+// useFleet gives a describe block its fleet: a fake gateway (gwOpts; one shard
+// count for the gateway and the topology), the example bot, and an
+// sm-manager running it in clusters of 2 shards, handed to set once they are
+// up, and all three stopped afterwards. It returns the block's report,
+// printed under label at the end when something was put in it.
+function useFleet(gwOpts, label, set) {
+  const f = { gw: null, bot: null, sm: null };
+  const report = {};
+  before(async () => {
+    f.gw = await startFakeGateway({ token: TOKEN, heartbeatIntervalMs: 5000, ...gwOpts });
+    f.bot = await prepareBot();
+    f.sm = await startSm({ gw: f.gw, bot: f.bot, token: TOKEN, totalShards: gwOpts.shards, perCluster: 2 });
+    set(f);
+  });
+  after(async () => {
+    await f.sm?.stop();
+    await f.gw?.close();
+    await f.bot?.remove();
+    if (label && Object.keys(report).length) console.log(`# ${label}`, JSON.stringify(report));
+  });
+  return report;
+}
+
 describe('@discordjs/ws bot under sm-manager: start, kill -9, deploy', () => {
   let gw;
   let bot;
   let sm;
-  const report = {};
-
-  before(async () => {
-    gw = await startFakeGateway({ token: TOKEN, shards: 8, maxConcurrency: 2, heartbeatIntervalMs: 5000, dispatchIntervalMs: 100 });
-    bot = await prepareBot();
-    sm = await startSm({ gw, bot, token: TOKEN, totalShards: 8, perCluster: 2 });
-  });
-
-  after(async () => {
-    await sm?.stop();
-    await gw?.close();
-    await bot?.remove();
-    if (Object.keys(report).length) console.log('# e2e measurements', JSON.stringify(report));
-  });
+  const report = useFleet({ shards: 8, maxConcurrency: 2, dispatchIntervalMs: 100 }, 'e2e measurements', (f) => ({ gw, bot, sm } = f));
 
   test('(a) 8 shards in 4 clusters start: 0 violations, 0 /gateway/bot from clusters, one IDENTIFY per shard', async () => {
     await sm.waitAll((c) => c.state === 'ready' && c.activated && c.generation === 1, 90_000, 'all clusters ready and activated');
@@ -109,19 +119,8 @@ describe('a session budget below the cluster\'s shard count', () => {
   let gw;
   let bot;
   let sm;
-
-  before(async () => {
-    // 4 shards start, leaving 1 session start: less than a cluster's 2 shards.
-    gw = await startFakeGateway({ token: TOKEN, shards: 4, maxConcurrency: 2, remaining: 5, heartbeatIntervalMs: 5000, dispatchIntervalMs: 100 });
-    bot = await prepareBot();
-    sm = await startSm({ gw, bot, token: TOKEN, totalShards: 4, perCluster: 2 });
-  });
-
-  after(async () => {
-    await sm?.stop();
-    await gw?.close();
-    await bot?.remove();
-  });
+  // 4 shards start, leaving 1 session start: less than a cluster's 2 shards.
+  useFleet({ shards: 4, maxConcurrency: 2, remaining: 5, dispatchIntervalMs: 100 }, '', (f) => ({ gw, bot, sm } = f));
 
   test('(d) a killed cluster still RESUMEs (the REGISTER reply counts resumable shards as remaining)', async () => {
     await sm.waitAll((c) => c.state === 'ready' && c.activated, 60_000, 'both clusters ready');
@@ -149,20 +148,7 @@ describe('a deploy whose new sessions run beside the old ones for an identify sp
   let gw;
   let bot;
   let sm;
-  const report = {};
-
-  before(async () => {
-    gw = await startFakeGateway({ token: TOKEN, shards: 4, maxConcurrency: 1, heartbeatIntervalMs: 5000, dispatchIntervalMs: 50 });
-    bot = await prepareBot();
-    sm = await startSm({ gw, bot, token: TOKEN, totalShards: 4, perCluster: 2 });
-  });
-
-  after(async () => {
-    await sm?.stop();
-    await gw?.close();
-    await bot?.remove();
-    if (Object.keys(report).length) console.log('# e2e overlap measurements', JSON.stringify(report));
-  });
+  const report = useFleet({ shards: 4, maxConcurrency: 1, dispatchIntervalMs: 50 }, 'e2e overlap measurements', (f) => ({ gw, bot, sm } = f));
 
   test('(e) the handoff skips what the old generation handled and replays the rest', async () => {
     await sm.waitAll((c) => c.state === 'ready' && c.activated, 60_000, 'both clusters ready');
