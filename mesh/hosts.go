@@ -63,28 +63,18 @@ func (s *Store) Leave(ctx context.Context, host string, rev uint64) error {
 // Hosts lists the live host records, in host id order. A record that does
 // not decode is skipped: it is no host this version can place clusters on.
 func (s *Store) Hosts(ctx context.Context) ([]HostRecord, error) {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
-	keys, err := s.hosts.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mesh: listing hosts: %w", err)
-	}
 	var out []HostRecord
-	for k := range keys.Keys() {
-		e, err := s.hosts.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // expired between the listing and the read
-		}
-		if err != nil {
-			return nil, fmt.Errorf("mesh: reading host %s: %w", k, err)
+	err := s.readAll(ctx, s.hosts, "hosts", func(e jetstream.KeyValueEntry) {
+		if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+			return // left, or expired
 		}
 		if r, err := decodeHost(e.Value()); err == nil {
 			r.Written = e.Created()
 			out = append(out, r)
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b HostRecord) int { return cmp.Compare(a.Host, b.Host) })
 	return out, nil

@@ -83,29 +83,41 @@ func wrongLast(err error) bool {
 // Leases reads every cluster's lease, ended ones included (Gone), as one
 // consistent pass over the bucket. Entries that do not decode are skipped.
 func (s *Store) Leases(ctx context.Context) (map[int]Lease, error) {
+	out := map[int]Lease{}
+	err := s.readAll(ctx, s.leases, "leases", func(e jetstream.KeyValueEntry) {
+		if c, l, ok := leaseEntry(e); ok {
+			out[c] = l
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readAll hands each entry of bucket kv (its latest revision, delete and
+// purge markers included) to fn, read in one pass of one watch rather than a
+// request per key. what names the bucket in errors.
+func (s *Store) readAll(ctx context.Context, kv jetstream.KeyValue, what string, fn func(jetstream.KeyValueEntry)) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	w, err := s.leases.WatchAll(ctx)
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mesh: reading leases: %w", err)
+		return fmt.Errorf("mesh: reading %s: %w", what, err)
 	}
 	defer w.Stop()
-	out := map[int]Lease{}
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("mesh: reading leases: watcher closed")
+				return fmt.Errorf("mesh: reading %s: watcher closed", what)
 			}
 			if e == nil {
-				return out, nil // the initial values are all in
+				return nil // the initial values are all in
 			}
-			c, l, ok := leaseEntry(e)
-			if ok {
-				out[c] = l
-			}
+			fn(e)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("mesh: reading leases: %w", ctx.Err())
+			return fmt.Errorf("mesh: reading %s: %w", what, ctx.Err())
 		}
 	}
 }
