@@ -47,8 +47,8 @@ func TestIdentifyRetry(t *testing.T) {
 			t.Errorf("%s: retry in %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if got := IdentifyRetry(now, now.Add(-time.Hour), true, 101*time.Millisecond).Sub(now); got != 5*time.Millisecond {
-		t.Errorf("short hold: poll %v, want the 5 ms floor", got)
+	if got := IdentifyRetry(now, now.Add(-time.Hour), true, 101*time.Millisecond).Sub(now); got != 10*time.Millisecond {
+		t.Errorf("short hold: poll %v, want the 10 ms floor", got)
 	}
 }
 

@@ -100,14 +100,14 @@ func (d *DiscordStore) ClaimIdentify(ctx context.Context, bucket int, h Holder, 
 // this host's agree to NTP's milliseconds, and a retry that comes too early
 // costs one round trip, so the estimate need not be exact; but the server
 // removes expired entries late (up to a few hundred ms), so retries are at
-// least a fiftieth of the hold apart (5 ms at the least), and never more
+// least a fiftieth of the hold apart (10 ms at the least), and never more
 // than a hold away, however wrong a clock. A grant gone already (expired or
 // released between the create and the read) is claimed again at once.
 func IdentifyRetry(now, created time.Time, found bool, hold time.Duration) time.Time {
 	if !found {
 		return now
 	}
-	poll := max(hold/50, 5*time.Millisecond)
+	poll := max(hold/50, 10*time.Millisecond)
 	at := created.Add(hold)
 	if earliest := now.Add(poll); at.Before(earliest) {
 		return earliest
