@@ -72,7 +72,9 @@ func (m *Manager) openMeshDiscord(ctx context.Context, st *mesh.Store) (*meshDis
 	var rec mesh.BudgetRecord
 	found := false
 	if bs := m.disc.budget.State(time.Now()); bs.Known {
-		rec, err = store.ObserveBudget(ctx, mesh.RecordOf(bs))
+		obs := mesh.RecordOf(bs)
+		obs.MaxConcurrency = m.disc.gate.MaxConcurrency()
+		rec, err = store.ObserveBudget(ctx, obs)
 		found = true
 	} else {
 		rec, found, err = store.Budget(ctx)
@@ -83,6 +85,7 @@ func (m *Manager) openMeshDiscord(ctx context.Context, st *mesh.Store) (*meshDis
 	if found {
 		m.disc.budget.Restore(rec.State())
 		m.budgetChanged(time.Now())
+		m.meshBuckets(rec.MaxConcurrency)
 	}
 	return &meshDiscord{
 		store: store, floor: d.BudgetFloor, spacing: d.IdentifySpacing.Duration,
@@ -91,6 +94,23 @@ func (m *Manager) openMeshDiscord(ctx context.Context, st *mesh.Store) (*meshDis
 		reachable: true, since: time.Now(),
 		take: map[int]uint64{}, fetched: map[int]bool{}, held: map[int]bool{}, pushed: map[int]mesh.ResumePushed{},
 	}, nil
+}
+
+// meshBuckets settles the gate's bucket count with the mesh's, n (0: not
+// known): a host with no count of its own (no /gateway/bot answer, no
+// discord.max_concurrency) takes it; one whose count differs says so, since
+// the shared gate then spaces the wrong shards.
+func (m *Manager) meshBuckets(n int) {
+	mine := m.disc.gate.MaxConcurrency()
+	switch {
+	case n <= 0 || n == mine:
+	case m.cfg.Discord.MaxConcurrency == 0 && m.disc.gateway == nil:
+		m.disc.gate.SetMaxConcurrency(n)
+		m.log.Info("mesh: identify buckets as the mesh's budget says", "max_concurrency", n)
+	default:
+		m.log.Warn("mesh: this host's identify bucket count differs from the mesh's: two hosts may identify shards of one bucket too close together; set discord.max_concurrency alike on every host",
+			"max_concurrency", mine, "mesh", n)
+	}
 }
 
 // start starts the resume writer; me is this boot, named in its grants.

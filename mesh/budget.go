@@ -25,6 +25,11 @@ type BudgetRecord struct {
 	ResetAt    time.Time `json:"reset_at,omitzero"`
 	ObservedAt time.Time `json:"observed_at"`
 	Spent      int       `json:"spent"`
+	// MaxConcurrency is the bucket count of the host that observed the
+	// budget: hosts of a mesh must agree on it (a shard's bucket is
+	// shard % max_concurrency), and one with no count of its own (no token,
+	// no discord.max_concurrency) takes this one.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 }
 
 // State is the record as a discord.Budget takes it (Restore).
@@ -33,11 +38,12 @@ func (r BudgetRecord) State() discord.BudgetState {
 }
 
 func (r BudgetRecord) equal(o BudgetRecord) bool {
-	return r.Total == o.Total && r.Remaining == o.Remaining && r.Spent == o.Spent &&
+	return r.Total == o.Total && r.Remaining == o.Remaining && r.Spent == o.Spent && r.MaxConcurrency == o.MaxConcurrency &&
 		r.ResetAt.Equal(o.ResetAt) && r.ObservedAt.Equal(o.ObservedAt)
 }
 
-// RecordOf is a known budget's state as the hosts share it.
+// RecordOf is a known budget's state as the hosts share it (with no
+// MaxConcurrency: the caller adds its own).
 func RecordOf(st discord.BudgetState) BudgetRecord {
 	return BudgetRecord{Total: st.Total, Remaining: st.Remaining, ResetAt: st.ResetAt, ObservedAt: st.ObservedAt, Spent: st.Spent}
 }
@@ -66,6 +72,7 @@ func decideSpend(cur BudgetRecord, found bool, reason discord.Reason, floor int,
 	b := discord.Budget{Floor: floor}
 	b.Restore(cur.State())
 	s = Spend{Known: true, Before: RecordOf(b.State(now))} // a reset passed is rolled in
+	s.Before.MaxConcurrency = cur.MaxConcurrency
 	s.Allowed, s.Why = b.Allow(reason, now)
 	if !s.Allowed {
 		s.After = s.Before
@@ -73,6 +80,7 @@ func decideSpend(cur BudgetRecord, found bool, reason discord.Reason, floor int,
 	}
 	b.Spend(now)
 	s.After = RecordOf(b.State(now))
+	s.After.MaxConcurrency = cur.MaxConcurrency
 	return s, true
 }
 

@@ -54,7 +54,7 @@ func TestIdentifyRetry(t *testing.T) {
 
 func TestDecideSpend(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := BudgetRecord{Total: 1000, Remaining: 101, ResetAt: t0.Add(time.Hour), ObservedAt: t0, Spent: 3}
+	rec := BudgetRecord{Total: 1000, Remaining: 101, ResetAt: t0.Add(time.Hour), ObservedAt: t0, Spent: 3, MaxConcurrency: 16}
 
 	// No budget in the mesh: allowed, nothing written.
 	if s, write := decideSpend(BudgetRecord{}, false, discord.ReasonRestart, 100, t0); !s.Allowed || s.Known || write {
@@ -62,7 +62,8 @@ func TestDecideSpend(t *testing.T) {
 	}
 	// A restart above the floor spends one.
 	s, write := decideSpend(rec, true, discord.ReasonRestart, 100, t0)
-	if !s.Allowed || !s.Known || !write || s.After.Remaining != 100 || s.After.Spent != 4 || s.Before.Remaining != 101 {
+	if !s.Allowed || !s.Known || !write || s.After.Remaining != 100 || s.After.Spent != 4 || s.Before.Remaining != 101 ||
+		s.After.MaxConcurrency != 16 || s.Before.MaxConcurrency != 16 {
 		t.Fatalf("restart at 101, floor 100: %+v write=%v", s, write)
 	}
 	// At the floor a restart is refused and nothing is written; a start

@@ -161,7 +161,7 @@ func TestBudgetSharedSpends(t *testing.T) {
 		t.Fatalf("spend with no budget: %+v %v (want allowed, uncounted)", s, err)
 	}
 	now := time.Now()
-	obs := mesh.BudgetRecord{Total: 1000, Remaining: 1000, ResetAt: now.Add(time.Hour), ObservedAt: now}
+	obs := mesh.BudgetRecord{Total: 1000, Remaining: 1000, ResetAt: now.Add(time.Hour), ObservedAt: now, MaxConcurrency: 16}
 	if got, err := a.ObserveBudget(ctx, obs); err != nil || got.Remaining != 1000 {
 		t.Fatalf("observe: %+v %v", got, err)
 	}
@@ -201,7 +201,7 @@ func TestBudgetSharedSpends(t *testing.T) {
 		}
 	}
 	rec, _, err := b.Budget(ctx)
-	if err != nil || rec.Remaining != 1000-n || rec.Spent != n {
+	if err != nil || rec.Remaining != 1000-n || rec.Spent != n || rec.MaxConcurrency != 16 {
 		t.Fatalf("after %d spends: %+v %v", n, rec, err)
 	}
 

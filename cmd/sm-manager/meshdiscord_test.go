@@ -34,7 +34,7 @@ const meshSpacing = 300 * time.Millisecond
 // clusters of the simulated bot logging JSON (the test reads its grants
 // from it). With apiURL set, it has the test's Discord token and asks the
 // fake Discord at apiURL.
-func startDiscordHost(t *testing.T, url, id string, maxClusters int, apiURL string) *meshHost {
+func startDiscordHost(t *testing.T, url, id string, maxClusters int, apiURL, discordExtra string) *meshHost {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sm.sock")
@@ -61,13 +61,12 @@ listen = ""
 listen = ""
 [discord]
 identify_spacing = %q
-max_concurrency = 2
-%s[mesh]
+%s%s[mesh]
 nats_url = %q
 host_id = %q
 max_clusters = %d
 lease = "2s"
-`, sock, testenv.Bin("cluster-harness"), meshSpacing.String(), token, url, id, maxClusters)
+`, sock, testenv.Bin("cluster-harness"), meshSpacing.String(), token, discordExtra, url, id, maxClusters)
 	path := filepath.Join(dir, "sm.toml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -173,12 +172,13 @@ func TestMeshSharedIdentifyBudgetResume(t *testing.T) {
 	fake := httptest.NewServer(&fakeDiscord{shards: 24, maxConc: 2})
 	defer fake.Close()
 	srv := natstest.Start(t, natstest.Options{Bin: testenv.Bin("nats-server")})
-	// a asks Discord (990 of 1000 left) and writes the mesh's budget before
-	// it makes its socket, so the others, without a token, spend from it.
-	a := startDiscordHost(t, srv.URL, "a", 4, fake.URL)
+	// a asks Discord (990 of 1000 left, 2 buckets) and writes the mesh's
+	// budget before it makes its socket, so the others, without a token,
+	// spend from it and take its bucket count.
+	a := startDiscordHost(t, srv.URL, "a", 4, fake.URL, "")
 	a.dial(t)
-	b := startDiscordHost(t, srv.URL, "b", 6, "")
-	c := startDiscordHost(t, srv.URL, "c", 6, "")
+	b := startDiscordHost(t, srv.URL, "b", 6, "", "")
+	c := startDiscordHost(t, srv.URL, "c", 6, "", "")
 	b.dial(t)
 	c.dial(t)
 	hosts := []*meshHost{a, b, c}
@@ -226,7 +226,7 @@ func TestMeshSharedIdentifyBudgetResume(t *testing.T) {
 	granted := uint64(0)
 	for _, h := range hosts {
 		st := h.status(t)
-		if st.Discord == nil || !st.Discord.Budget.Known || st.Discord.Mesh == nil || !st.Discord.Mesh.Reachable {
+		if st.Discord == nil || !st.Discord.Budget.Known || st.Discord.MaxConcurrency != 2 || st.Discord.Mesh == nil || !st.Discord.Mesh.Reachable {
 			t.Fatalf("host %s's discord status: %+v", h.id, st.Discord)
 		}
 		granted += st.Discord.IdentifyGranted
@@ -289,7 +289,7 @@ func TestMeshSharedIdentifyBudgetResume(t *testing.T) {
 // and its log; once the server is back it grants again.
 func TestMeshIdentifyWaitsForNATS(t *testing.T) {
 	srv := natstest.Start(t, natstest.Options{Bin: testenv.Bin("nats-server")})
-	h := startDiscordHost(t, srv.URL, "a", 0, "")
+	h := startDiscordHost(t, srv.URL, "a", 0, "", "max_concurrency = 2\n")
 	h.dial(t)
 	// 24 shards in 2 buckets take about 12 holds: kill the server midway.
 	testenv.WaitFor(t, 30*time.Second, "a few identifies granted", func() bool {
