@@ -51,6 +51,7 @@ type BusyError struct {
 	Retry time.Time
 }
 
+// Error says which bucket is busy and for how long.
 func (e *BusyError) Error() string {
 	return fmt.Sprintf("mesh: identify bucket %d granted by another host; retry in %v", e.Bucket, time.Until(e.Retry).Round(time.Millisecond))
 }
