@@ -101,6 +101,19 @@ func (b *Budget) Observe(l SessionStartLimit, now time.Time) {
 	b.spent = 0
 }
 
+// Restore sets the budget to st, as State described it, maybe on another
+// host: the hosts of a mesh share one budget (docs/multihost.md) and each
+// keeps a copy. Floor, Blocking and Exhausted are left out: the floor is
+// this Budget's own, the rest follows from the counts.
+func (b *Budget) Restore(st BudgetState) {
+	b.known = st.Known
+	b.total = max(st.Total, 0)
+	b.remaining = min(max(st.Remaining, 0), b.total)
+	b.resetAt = st.ResetAt
+	b.observedAt = st.ObservedAt
+	b.spent = max(st.Spent, 0)
+}
+
 // Spend records one identify granted at now.
 func (b *Budget) Spend(now time.Time) {
 	b.roll(now)

@@ -277,3 +277,37 @@ func TestBudgetGrantable(t *testing.T) {
 		t.Errorf("unknown reason: %d grantable", n)
 	}
 }
+
+// Restore takes a budget as another host's State described it; the floor
+// stays this Budget's own, and the counts decide the rest.
+func TestBudgetRestore(t *testing.T) {
+	a := &discord.Budget{Floor: 100}
+	a.Observe(limit(1000, 102, time.Hour), t0)
+	a.Spend(t0)
+	b := &discord.Budget{Floor: 100}
+	b.Restore(a.State(t0))
+	if got, want := b.State(t0), a.State(t0); got != want {
+		t.Fatalf("restored %+v\nwant     %+v", got, want)
+	}
+	if ok, _ := b.Allow(discord.ReasonRestart, t0); !ok {
+		t.Fatal("101 left, floor 100: a restart is allowed")
+	}
+	b.Spend(t0)
+	if ok, _ := b.Allow(discord.ReasonRestart, t0); ok {
+		t.Fatal("100 left, floor 100: a restart is refused")
+	}
+	// Past the reset the total is back, as on the host that observed it.
+	if got := b.Remaining(t0.Add(time.Hour)); got != 1000 {
+		t.Fatalf("after the reset: %d left", got)
+	}
+	// Other floors, unknown budgets and nonsense.
+	c := &discord.Budget{Floor: 7}
+	c.Restore(discord.BudgetState{Known: true, Total: 10, Remaining: 50, Spent: -3, Floor: 99, Blocking: true})
+	if st := c.State(t0); st.Remaining != 10 || st.Floor != 7 || st.Spent != 0 || st.Blocking {
+		t.Fatalf("clamped state %+v", st)
+	}
+	c.Restore(discord.BudgetState{})
+	if ok, _ := c.Allow(discord.ReasonRestart, t0); !ok || c.State(t0).Known {
+		t.Fatal("an unknown budget restored: everything is allowed")
+	}
+}

@@ -66,6 +66,7 @@ type Gate[M any] struct {
 	spacing time.Duration
 	maxConc int
 	last    Ticket
+	claims  uint64 // the last ClaimID issued
 	waiting map[Ticket]*waiter[M]
 	buckets map[int]*bucket[M]
 	// floor is when a bucket created from now on may first grant: after
@@ -76,6 +77,7 @@ type Gate[M any] struct {
 type bucket[M any] struct {
 	free  time.Time // it may grant at or after this (zero: at once)
 	since time.Time // when its oldest current waiter arrived
+	claim ClaimID   // the shared slot it waits on; 0: none (see Claims)
 	q     waitQueue[M]
 }
 
@@ -191,7 +193,7 @@ func (g *Gate[M]) Waiting() []Grant[M] {
 func (g *Gate[M]) Due(now time.Time) []Grant[M] {
 	var out []Grant[M]
 	for _, b := range g.buckets {
-		if len(b.q) == 0 || now.Before(b.free) {
+		if len(b.q) == 0 || now.Before(b.free) || b.claim != 0 {
 			continue
 		}
 		w := heap.Pop(&b.q).(*waiter[M])
@@ -209,12 +211,13 @@ func (g *Gate[M]) Due(now time.Time) []Grant[M] {
 
 // Next returns when Due will next grant something, if anything is waiting:
 // the earliest moment a bucket with waiters is free. The time may be at or
-// before now, meaning Due would grant at once. Cancels only make it later.
+// before now, meaning Due would grant at once. Cancels only make it later. A
+// bucket waiting on a claim (Claims) does not count until the claim ends.
 func (g *Gate[M]) Next() (time.Time, bool) {
 	var at time.Time
 	found := false
 	for _, b := range g.buckets {
-		if len(b.q) == 0 {
+		if len(b.q) == 0 || b.claim != 0 {
 			continue
 		}
 		t := b.free
@@ -232,7 +235,8 @@ func (g *Gate[M]) Next() (time.Time, bool) {
 // different max_concurrency (n below 1 counts as 1). Shards change buckets, so
 // no new bucket grants before the latest slot any old bucket had reserved:
 // at most one Spacing of delay, never two identifies too close in one bucket.
-// Waiting requests keep their tickets and their place in shard order.
+// Waiting requests keep their tickets and their place in shard order. Claims
+// out are dropped: their Won and Lost do nothing.
 func (g *Gate[M]) SetMaxConcurrency(n int) {
 	n = max(n, 1)
 	if n == g.maxConc {
@@ -253,6 +257,102 @@ func (g *Gate[M]) SetMaxConcurrency(n int) {
 	for _, w := range ws {
 		g.enqueue(w)
 	}
+}
+
+// ClaimID names one claim of a bucket's shared slot; 0 is never issued.
+type ClaimID uint64
+
+// Claim is a bucket whose slot is due while the gate shares its buckets with
+// the gates of other hosts (a mesh, docs/multihost.md): before it grants, the
+// owner must win the slot from the shared store, then call Won, or Lost if
+// it did not.
+type Claim[M any] struct {
+	ID     ClaimID
+	Bucket int
+	// Head is the request Won would grant now. Requests may come and go
+	// while the claim is out, so Won's may be another: see ClaimHead.
+	Head Grant[M]
+}
+
+// Claims is Due for a shared gate: it grants nothing, but returns each
+// bucket whose slot is due at now (it has waiters, Spacing has passed since
+// its previous grant) and that waits on no claim yet, and marks it as
+// waiting on the returned claim. Due and Next pass over such a bucket until
+// Won or Lost ends its claim. Claims are in bucket order.
+func (g *Gate[M]) Claims(now time.Time) []Claim[M] {
+	var out []Claim[M]
+	for n, b := range g.buckets {
+		if len(b.q) == 0 || now.Before(b.free) || b.claim != 0 {
+			continue
+		}
+		g.claims++
+		b.claim = ClaimID(g.claims)
+		out = append(out, Claim[M]{ID: b.claim, Bucket: n, Head: b.q[0].g})
+	}
+	slices.SortFunc(out, func(a, b Claim[M]) int { return a.Bucket - b.Bucket })
+	return out
+}
+
+// claimed is the bucket waiting on claim id, if any: none once the claim
+// ended, or after SetMaxConcurrency re-bucketed the gate.
+func (g *Gate[M]) claimed(id ClaimID) *bucket[M] {
+	if id == 0 {
+		return nil
+	}
+	for _, b := range g.buckets {
+		if b.claim == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// ClaimHead is the request that Won(id) would grant: the lowest shard now
+// waiting in the claimed bucket. It is false if nobody waits there any more
+// or the claim is not out (ended, or dropped by SetMaxConcurrency).
+func (g *Gate[M]) ClaimHead(id ClaimID) (Grant[M], bool) {
+	b := g.claimed(id)
+	if b == nil || len(b.q) == 0 {
+		return Grant[M]{}, false
+	}
+	return b.q[0].g, true
+}
+
+// Won ends claim id with the slot won: the bucket's head request is granted
+// (removed, At set to now) and the bucket grants again no earlier than free,
+// which the caller chooses (the gate cannot know how long the shared slot
+// lasts): at least now + Spacing after a grant, or now if it only refused
+// the head. It is false, and changes nothing, if the claim
+// is not out or nobody waits in its bucket any more.
+func (g *Gate[M]) Won(id ClaimID, now, free time.Time) (Grant[M], bool) {
+	b := g.claimed(id)
+	if b == nil || len(b.q) == 0 {
+		return Grant[M]{}, false
+	}
+	b.claim = 0
+	w := heap.Pop(&b.q).(*waiter[M])
+	delete(g.waiting, w.g.Ticket)
+	if free.After(b.free) {
+		b.free = free
+	}
+	b.since = now
+	w.g.At = now
+	return w.g, true
+}
+
+// Lost ends claim id without a grant: the slot went to another host, or the
+// shared store could not be asked. The bucket may claim again at or after
+// retry. It reports whether the claim was out.
+func (g *Gate[M]) Lost(id ClaimID, retry time.Time) bool {
+	b := g.claimed(id)
+	if b == nil {
+		return false
+	}
+	b.claim = 0
+	if retry.After(b.free) {
+		b.free = retry
+	}
+	return true
 }
 
 // cmpWait orders waiters of one bucket: lowest shard first, then ask order.

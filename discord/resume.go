@@ -152,6 +152,32 @@ func (s *ResumeStore) fresh(st ResumeState, now time.Time) bool {
 	return now.Sub(st.UpdatedAt) <= s.maxAge()
 }
 
+// Merge adopts entries that another host reported (the mesh's resume store,
+// docs/multihost.md), each with its own UpdatedAt: a shard's entry is
+// replaced only by a newer one, so the latest report wins wherever it was
+// made. Entries that fail Validate, or have no ShardCount (they could never
+// be handed out), are skipped. It returns how many it adopted.
+func (s *ResumeStore) Merge(states []ResumeState) int {
+	n := 0
+	for _, st := range states {
+		if st.ShardCount <= 0 || st.Validate() != nil {
+			continue
+		}
+		if old, ok := s.m[st.Shard]; ok && !st.UpdatedAt.After(old.UpdatedAt) {
+			continue
+		}
+		if s.m == nil {
+			s.m = map[int]ResumeState{}
+		}
+		s.m[st.Shard] = st
+		n++
+	}
+	if n > 0 {
+		s.version++
+	}
+	return n
+}
+
 // Forget drops the entry of shard (its session was invalidated, or closed on
 // purpose) and reports whether there was one.
 func (s *ResumeStore) Forget(shard int) bool {

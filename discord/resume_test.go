@@ -275,3 +275,36 @@ func TestResumeStoreShardCount(t *testing.T) {
 		t.Errorf("round trip lost the count: %+v", got)
 	}
 }
+
+// Merge adopts another host's reports with their own times: the latest
+// report of a shard wins wherever it was made.
+func TestResumeStoreMerge(t *testing.T) {
+	s := discord.NewResumeStore(2 * time.Minute)
+	if err := s.Update([]discord.ResumeState{rs(0, "here0", 5), rs(1, "here1", 5)}, at(10)); err != nil {
+		t.Fatal(err)
+	}
+	v := s.Version()
+	older, newer, fresh := rs(0, "there0", 9), rs(1, "there1", 9), rs(2, "there2", 9)
+	older.UpdatedAt, newer.UpdatedAt, fresh.UpdatedAt = at(5), at(11), at(3)
+	noCount := rs(3, "there3", 1)
+	noCount.ShardCount, noCount.UpdatedAt = 0, at(20)
+	bad := rs(4, "", 1)
+	bad.UpdatedAt = at(20)
+	if n := s.Merge([]discord.ResumeState{older, newer, fresh, noCount, bad}); n != 2 {
+		t.Fatalf("Merge adopted %d, want 2 (shards 1 and 2)", n)
+	}
+	if s.Version() == v {
+		t.Error("Version unchanged by Merge")
+	}
+	got := s.Get(0, 15, count, at(60))
+	if b := brief(got); !slices.Equal(b, []string{"0:here0:5", "1:there1:9", "2:there2:9"}) {
+		t.Fatalf("after Merge: %v", b)
+	}
+	if !got[1].UpdatedAt.Equal(at(11)) || !got[2].UpdatedAt.Equal(at(3)) {
+		t.Errorf("Merge restamped the entries: %v, %v", got[1].UpdatedAt, got[2].UpdatedAt)
+	}
+	v = s.Version()
+	if s.Merge([]discord.ResumeState{newer}) != 0 || s.Version() != v {
+		t.Error("merging what is there already changed the store")
+	}
+}

@@ -184,7 +184,12 @@ func (m *Manager) identifyCancel(c *conn, f *ipc.Frame) {
 
 // gateDue grants the slots that are due: each one checked against the
 // budget again (it may have run low while the request waited) and spent.
+// In a mesh the slots are claimed from the shared gate first.
 func (m *Manager) gateDue() {
+	if m.mesh != nil {
+		m.meshGateDue()
+		return
+	}
 	now := time.Now()
 	for _, g := range m.disc.gate.Due(now) {
 		r := g.Meta
@@ -203,11 +208,15 @@ func (m *Manager) gateDue() {
 		m.disc.budget.Spend(now)
 		m.disc.granted++
 		m.metrics.identifyGranted.Inc()
-		payload := fmt.Appendf(nil, `{"granted":true,"shard":%d,"bucket":%d}`, g.Shard, g.Bucket)
-		r.c.reply(r.id, payload)
+		r.c.reply(r.id, grantPayload(g))
 	}
 	m.budgetChanged(now)
 	m.armGate(now)
+}
+
+// grantPayload is an IDENTIFY's REPLY payload for grant g.
+func grantPayload(g discord.Grant[*identReq]) []byte {
+	return fmt.Appendf(nil, `{"granted":true,"shard":%d,"bucket":%d}`, g.Shard, g.Bucket)
 }
 
 // armGate sets the timer for the gate's next due slot.
@@ -344,6 +353,7 @@ const resumeFileName = "resume-state.json"
 
 // saveResume writes the resume store behind, when it changed.
 func (m *Manager) saveResume() {
+	m.meshResumeBehind(nil)
 	d := &m.disc
 	d.resume.Prune(time.Now()) // nothing older than resume_max_age is worth keeping
 	if m.cfg.State.Dir == "" || d.resume.Version() == d.resumeSaved {
@@ -385,6 +395,8 @@ type DiscordStatus struct {
 	IdentifyWaiting   int                 `json:"identify_waiting"`
 	IdentifyGranted   uint64              `json:"identify_granted"`
 	Budget            discord.BudgetState `json:"budget"`
+	// Mesh is the shared identify gate, in a mesh only (docs/multihost.md).
+	Mesh *MeshGateStatus `json:"mesh,omitempty"`
 }
 
 func (m *Manager) discordStatus(now time.Time) *DiscordStatus {
@@ -395,6 +407,7 @@ func (m *Manager) discordStatus(now time.Time) *DiscordStatus {
 		IdentifyWaiting:   d.gate.Len(),
 		IdentifyGranted:   d.granted,
 		Budget:            d.budget.State(now),
+		Mesh:              m.meshGateStatus(),
 	}
 	if d.gateway != nil {
 		ds.RecommendedShards = d.gateway.TotalShards()

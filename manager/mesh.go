@@ -21,6 +21,7 @@ import (
 type meshState struct {
 	nc    *nats.Conn
 	agent *mesh.Agent
+	disc  *meshDiscord // the shared identify gate, budget and resume store (meshdiscord.go)
 
 	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
 	// process of the cluster to be confirmed gone.
@@ -40,12 +41,16 @@ func (m *Manager) joinMesh() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lease.Duration)
 	defer cancel()
 	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration)
+	var md *meshDiscord
+	if err == nil {
+		md, err = m.openMeshDiscord(ctx, st)
+	}
 	if err != nil {
 		nc.Close()
 		return err
 	}
 	topo := m.table().topo
-	ms := &meshState{nc: nc, fences: map[int][]chan struct{}{}}
+	ms := &meshState{nc: nc, fences: map[int][]chan struct{}{}, disc: md}
 	ms.agent = &mesh.Agent{
 		Store:    st,
 		Me:       mesh.Holder{Host: cfg.HostID, Boot: mesh.NewBootID()},
@@ -82,6 +87,7 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		m.setRemote(s, true)
 		m.do(s, s.sup.Hold(now, false)) // a previous boot's survivors too: fenced
 	}
+	m.mesh.disc.start(m.mesh.agent.Me)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -91,6 +97,7 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		}
 	}()
 	return func(release bool) {
+		m.mesh.disc.stop() // before the leases go: the resume state written first
 		if !release {
 			m.log.Warn("mesh: leaving without releasing leases: a cluster process was not confirmed gone")
 			m.mesh.nc.Close()
@@ -111,6 +118,9 @@ func (m *Manager) meshHold(c int, held bool, done chan struct{}) {
 			close(done)
 		}
 		return
+	}
+	if m.resumeFirst(c, held) {
+		return // spawned once its shards' resume state is read
 	}
 	s := t.slots[c]
 	if held {

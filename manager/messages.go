@@ -9,6 +9,7 @@ import (
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/mesh"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -96,6 +97,17 @@ type (
 		held    bool
 		done    chan struct{}
 	}
+	// evIdentifyClaimed is the mesh's shared identify gate answering a
+	// claim of a bucket's slot (meshdiscord.go).
+	evIdentifyClaimed struct{ r claimResult }
+	// evMeshResume is the mesh's resume state of cluster, read for its
+	// take numbered seq, before it is spawned (meshdiscord.go).
+	evMeshResume struct {
+		cluster int
+		seq     uint64
+		entries map[int]mesh.ResumeEntry
+		err     error
+	}
 	// evFunc runs a function on the loop: tests read loop-owned state with it.
 	evFunc func(*Manager)
 )
@@ -117,6 +129,9 @@ func (evIdentifyExpire) isEvent() {}
 func (evGateDue) isEvent()        {}
 func (evMeshHold) isEvent()       {}
 func (evFunc) isEvent()           {}
+
+func (evIdentifyClaimed) isEvent() {}
+func (evMeshResume) isEvent()      {}
 
 // apply handles one event on the loop.
 func (m *Manager) apply(ev event) {
@@ -157,6 +172,10 @@ func (m *Manager) apply(ev event) {
 		m.gateDue()
 	case evMeshHold:
 		m.meshHold(ev.cluster, ev.held, ev.done)
+	case evIdentifyClaimed:
+		m.identifyClaimed(ev.r)
+	case evMeshResume:
+		m.resumeFetched(ev)
 	case evFunc:
 		ev(m)
 	default:

@@ -34,6 +34,7 @@ func (m *Manager) quiesce(p *proc) {
 func (m *Manager) quiesced(p *proc, resume json.RawMessage) {
 	m.drainBeat(p) // its last heartbeats' resume state first
 	m.takeResume(p, resume, time.Now())
+	m.meshResumeBehind(p) // now: the host that takes the cluster over reads it
 	if !p.slot.sup.Quiesced(time.Now(), p) {
 		return
 	}
