@@ -55,6 +55,9 @@ test('with state.dir: the clusters re-REGISTER with the same token and keep serv
   await m.waitEvents({ ev: 'reconnect' }, 2);
   const st = await m.waitReady();
   assert.deepEqual(st.clusters.map((cl) => cl.pid), pids, 'the same processes were re-adopted');
+  // The clusters re-registered; this client reconnects on its own backoff,
+  // which may end later: wait for it before asking through it.
+  await waitFor(() => reconnects.length === 1, "the client's reconnect");
   for (const id of [0, 1]) {
     const info = await c.request(id, 'info');
     assert.equal(info.pid, pids[id]);
@@ -64,7 +67,6 @@ test('with state.dir: the clusters re-REGISTER with the same token and keep serv
   assert.equal(m.events({ ev: 'activate' }).length, 2, 'no second ACTIVATE for a re-adopted process');
   assert.equal(m.events({ ev: 'registered' }).length, 2, 'no new process was spawned');
 
-  await waitFor(() => reconnects.length === 1, "the client's reconnect");
   assert.equal(reconnects[0].clusters, 2);
   assert.equal(disconnects.length, 1);
   // The watch subscribed again: a second snapshot.
