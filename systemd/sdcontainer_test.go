@@ -72,7 +72,7 @@ func bootContainer(t *testing.T) *container {
 	c := &container{t: t, tool: tool, state: filepath.Join(state, "ct")}
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _, _ := c.run("journalctl", "--no-pager", "-o", "short-monotonic", "-u", "sm-manager.service", "-u", "sm-manager.socket", "-u", "sm-api.service")
+			out, _, _ := c.run("journalctl", "--no-pager", "-o", "short-monotonic", "-u", "sm-*")
 			t.Logf("journal:\n%s", lastLines(out, 150))
 		}
 		cmd := exec.Command(tool, "stop", c.state)
@@ -127,13 +127,19 @@ func (c *container) show(unit, prop string) string {
 // waitStatus waits until the manager's StatusText is want.
 func (c *container) waitStatus(want string) {
 	c.t.Helper()
+	c.waitStatusOf("sm-manager.service", want)
+}
+
+// waitStatusOf waits until unit's StatusText is want.
+func (c *container) waitStatusOf(unit, want string) {
+	c.t.Helper()
 	var got string
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if got = c.show("sm-manager.service", "StatusText"); got == want {
+		if got = c.show(unit, "StatusText"); got == want {
 			return
 		}
 	}
-	c.t.Fatalf("StatusText %q, want %q", got, want)
+	c.t.Fatalf("%s: StatusText %q, want %q", unit, got, want)
 }
 
 // clusterPIDs lists the cluster processes running in the container.
@@ -175,20 +181,31 @@ func containerConfig(extraClusterArgs ...string) *config.Config {
 // installConfig puts cfg at /etc/sm/sm.toml, readable by group sm only.
 func (c *container) installConfig(cfg *config.Config) {
 	c.t.Helper()
+	c.installConfigAs(cfg, "sm")
+}
+
+// installConfigAs puts cfg at /etc/sm/NAME.toml, readable by group sm only.
+func (c *container) installConfigAs(cfg *config.Config, name string) {
+	c.t.Helper()
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(cfg); err != nil {
 		c.t.Fatal(err)
 	}
-	c.installConfigText(b.Bytes())
+	c.installConfigTextAs(b.Bytes(), name)
 }
 
 func (c *container) installConfigText(text []byte) {
 	c.t.Helper()
-	src := filepath.Join(testenv.Dir(), "sm.toml")
+	c.installConfigTextAs(text, "sm")
+}
+
+func (c *container) installConfigTextAs(text []byte, name string) {
+	c.t.Helper()
+	src := filepath.Join(testenv.Dir(), name+".toml")
 	if err := os.WriteFile(src, text, 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	c.sh("mkdir -p /etc/sm && install -m640 -o root -g sm " + src + " /etc/sm/sm.toml")
+	c.sh("mkdir -p /etc/sm && install -m640 -o root -g sm " + src + " /etc/sm/" + name + ".toml")
 }
 
 // readmeConfig is config.example.toml edited as the README's install section
