@@ -35,6 +35,7 @@ var scenarios = []scenario{
 	{"manager-kill", "SIGKILL sm-manager under load and restart it: re-adoption time, restarts, failed requests", runManagerKillCmd},
 	{"scale", "512 clusters of 8 shards: start time, the manager's RSS and CPU at steady heartbeat, a full deploy", runScaleCmd},
 	{"soak", "a bounded run under load with cluster kills and deploys: the manager's goroutines, fds and RSS must not grow", runSoakCmd},
+	{echoClusterName, "(not a scenario) the minimal echo cluster process route measures beside cluster-harness; started by route with the SM_* environment", runEchoClusterCmd},
 }
 
 // Main runs the scenario args[0] with the flags that follow. Reports go to
@@ -80,6 +81,8 @@ func runRouteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var((*intList)(&o.Clusters), "clusters", "comma-separated cluster counts for the idle measurement, e.g. 16,256 (default: skip it)")
 	fs.DurationVar(&o.IdleSample, "idle-sample", o.IdleSample, "how long the idle manager is sampled")
 	fs.StringVar(&o.ManagerCPUProfile, "manager-cpuprofile", "", "write a CPU profile of the routed path's sm-manager to this file")
+	fs.BoolVar(&o.Echo, "echo", o.Echo, "also measure the minimal echo cluster (sm-bench echo-cluster), direct and routed")
+	fs.DurationVar(&o.Rest, "rest", o.Rest, "read the machine this long at the start and the end with every process idle (0: skip)")
 	addPeerFlags(fs.FlagSet, &o)
 	addNodeFlags(fs.FlagSet, &o)
 	var err error

@@ -96,10 +96,11 @@ func (d *directCluster) accept(ctx context.Context) error {
 // answer handles what the harness sends besides REPLYs: HEARTBEATs are
 // ignored; anything asking for a reply (its flush before it exits) is refused,
 // as the manager refuses an op with no target.
-func (d *directCluster) answer(f *ipc.Frame) {
+func (d *directCluster) answer(f *ipc.Frame) *ipc.Frame {
 	if f.ID != "" {
-		d.conn.SendFrame(ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeUnknownTarget, "sm-bench answers no requests")))
+		return ipc.ReplyError(f.ID, ipc.Errorf(ipc.CodeUnknownTarget, "sm-bench answers no requests"))
 	}
+	return nil
 }
 
 func (d *directCluster) pid() int { return d.proc.pid() }
@@ -117,8 +118,8 @@ func (d *directCluster) stop() error {
 				if err != nil {
 					break
 				}
-				if f.Op != ipc.OpReply {
-					d.answer(f)
+				if a := d.answer(f); f.Op != ipc.OpReply && a != nil {
+					d.conn.SendFrame(a)
 				}
 			}
 		}

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The route scenario starts os.Executable() echo-cluster: in tests,
+	// this binary, which then is the echo cluster.
+	if len(os.Args) > 1 && os.Args[1] == echoClusterName {
+		if err := Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	testenv.Main(m, "../../cmd/sm-manager", "../../cmd/cluster-harness", "../../cmd/sm-api")
 }
 

@@ -70,18 +70,29 @@ func nodeCommand(o routeOptions) ([]string, error) {
 }
 
 // startNodeManager starts the Node case's sm-manager, in a directory of its
-// own under dir, with one cluster running argv, and waits until a ping
-// reaches it. It returns the manager and the Node process's pid.
+// own under dir, with one cluster running argv (see startOneClusterManager).
 func startNodeManager(ctx context.Context, o routeOptions, dir string, argv []string, logw io.Writer) (*attachedManager, int, error) {
 	sub := filepath.Join(dir, "node")
 	if err := os.Mkdir(sub, 0o700); err != nil {
 		return nil, 0, err
 	}
-	cfg, err := managerConfig(sub, 1, argv)
+	m, pid, err := startOneClusterManager(ctx, o, sub, argv, logw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the Node cluster: %w", err)
+	}
+	return m, pid, nil
+}
+
+// startOneClusterManager starts an sm-manager in dir (its socket and config
+// there) with one cluster of one shard running argv, the generated defaults
+// of the routed case, and waits until a ping reaches it. It returns the
+// manager and the cluster process's pid.
+func startOneClusterManager(ctx context.Context, o routeOptions, dir string, argv []string, logw io.Writer) (*attachedManager, int, error) {
+	cfg, err := managerConfig(dir, 1, argv)
 	if err != nil {
 		return nil, 0, err
 	}
-	m, err := startAttached(ctx, o.ManagerBin, sub, cfg, logw)
+	m, err := startAttached(ctx, o.ManagerBin, dir, cfg, logw)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -91,7 +102,7 @@ func startNodeManager(ctx context.Context, o routeOptions, dir string, argv []st
 		pid, err = pidOf(pongs[0])
 	}
 	if err != nil {
-		return nil, 0, errors.Join(fmt.Errorf("the Node cluster: %w", err), m.shutdown())
+		return nil, 0, errors.Join(err, m.shutdown())
 	}
 	return m, pid, nil
 }

@@ -73,7 +73,7 @@ func TestNodeCase(t *testing.T) {
 		t.Error("a missing --node-script was accepted")
 	}
 	out := runScenario(t, 2*time.Minute, "route",
-		"--inflight=4", "--rounds=2", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--node", "--peers=false")
+		"--inflight=4", "--rounds=2", "--duration=300ms", "--warmup=100ms", "--drain=2s", "--node", "--peers=false", "--echo=false", "--rest=0")
 	text := out.String()
 	var order []string
 	var summaries int

@@ -27,6 +27,16 @@ type routeOptions struct {
 	Duration     time.Duration // each measured window
 	Drain        time.Duration // wait for the last replies before counting them lost
 
+	// Echo adds the minimal echo cluster's cases (echocluster.go), direct
+	// and routed, beside cluster-harness's; EchoArgv is its command
+	// (default: this executable's hidden echo-cluster command).
+	Echo     bool
+	EchoArgv []string
+	// Rest is how long the machine is read with every process of the run
+	// started and idle, at the start and at the end: what "others' CPU"
+	// reads with no load of ours (0: no readings).
+	Rest time.Duration
+
 	// Clusters lists the cluster counts of the idle measurement (none: skip it).
 	Clusters []int
 	// IdleSample is how long the idle manager's CPU is sampled.
@@ -61,6 +71,8 @@ var defaultRouteOptions = routeOptions{
 	Duration:     5 * time.Second,
 	Drain:        10 * time.Second,
 	IdleSample:   5 * time.Second,
+	Echo:         true,
+	Rest:         2 * time.Second,
 }
 
 func (o routeOptions) withDefaults() routeOptions {
@@ -80,10 +92,18 @@ func (o routeOptions) withDefaults() routeOptions {
 
 // Paths of the route scenario.
 const (
-	pathDirect = "direct" // bench ↔ cluster-harness
-	pathRouted = "routed" // bench ↔ sm-manager ↔ cluster-harness
-	pathPeer   = "peer"   // the peer harness (peers.go)
+	pathDirect     = "direct"      // bench ↔ cluster-harness
+	pathRouted     = "routed"      // bench ↔ sm-manager ↔ cluster-harness
+	pathEchoDirect = "echo-direct" // bench ↔ the minimal echo cluster
+	pathEchoRouted = "echo-routed" // bench ↔ sm-manager ↔ the minimal echo cluster
+	pathPeer       = "peer"        // the peer harness (peers.go)
+	// pathRest is a reading of the machine with every process of the run
+	// idle: the offset of "others' CPU" when nothing of ours runs.
+	pathRest = "rest"
 )
+
+// directOf is the direct path a routed path is compared with.
+var directOf = map[string]string{pathRouted: pathDirect, pathEchoRouted: pathEchoDirect}
 
 // routeCase is one measured case: a path at an in-flight count.
 type routeCase struct {
@@ -110,8 +130,13 @@ type routeCase struct {
 	// not clamped: the machine's counters and the processes' disagree by some
 	// points, so an idle machine can read below 0.
 	OthersCPUPercent float64 `json:"others_cpu_percent"`
-	// On routed cases: routed/direct throughput at the same in-flight count,
-	// and routed p50 minus direct p50.
+	// On rest readings: when it was taken (start, end), and each process's
+	// CPU over it, in percent of one core.
+	RestAt     string             `json:"rest_at,omitempty"`
+	CPUPercent map[string]float64 `json:"cpu_percent,omitempty"`
+	// On routed cases: routed/direct throughput at the same in-flight count
+	// and round (echo-routed against echo-direct), and routed p50 minus
+	// direct p50.
 	ThroughputRatio float64 `json:"throughput_ratio,omitempty"`
 	P50DiffUS       float64 `json:"p50_diff_us,omitempty"`
 }
@@ -121,6 +146,8 @@ type routeReport struct {
 	Options routeOptions
 	Cases   []routeCase
 	Idle    []idleCase
+	// Rest are the readings of the machine at rest (path "rest").
+	Rest []routeCase
 	// Peers are the peer harness's cases (peers.go); PeerNote says why
 	// there are none or fewer than asked.
 	Peers    []peerCase
@@ -128,43 +155,82 @@ type routeReport struct {
 	peer     *peerRunner
 }
 
-// routeSummary is the routed/direct comparison at one in-flight count: the
-// median over the rounds of each round's ratio and p50 difference.
+// routeSummary is a routed path against its direct one at one in-flight
+// count: the median over the rounds of each round's ratio and p50
+// difference, and of each process's CPU per request.
 type routeSummary struct {
 	Scenario        string  `json:"scenario"`
-	Path            string  `json:"path"` // "summary"
+	Path            string  `json:"path"`   // "summary"
+	Routed          string  `json:"routed"` // routed or echo-routed
 	InFlight        int     `json:"in_flight"`
 	Rounds          int     `json:"rounds"`
 	ThroughputRatio float64 `json:"throughput_ratio"`
 	P50DiffUS       float64 `json:"p50_diff_us"`
 	// ManagerCPUUSPerReq is the median of the routed rounds' manager CPU per request.
 	ManagerCPUUSPerReq float64 `json:"manager_cpu_us_per_req"`
+	// ReqPerS and DirectReqPerS are the medians of the two paths' req/s.
+	ReqPerS       float64 `json:"req_per_s"`
+	DirectReqPerS float64 `json:"direct_req_per_s"`
+	// CPUUSPerReq and DirectCPUUSPerReq are the medians of each process's
+	// CPU per request on the two paths.
+	CPUUSPerReq       map[string]float64 `json:"cpu_us_per_req"`
+	DirectCPUUSPerReq map[string]float64 `json:"direct_cpu_us_per_req"`
 }
 
-// Summaries compares the paths at each in-flight count.
+// Summaries compares each routed path with its direct one at each in-flight count.
 func (r *routeReport) Summaries() []routeSummary {
 	var out []routeSummary
-	for _, n := range r.Options.InFlight {
-		var ratio, diff, cpu []float64
-		for _, c := range r.Cases {
-			if c.InFlight == n && c.Path == pathRouted && c.ThroughputRatio > 0 {
-				ratio = append(ratio, c.ThroughputRatio)
-				diff = append(diff, c.P50DiffUS)
-				cpu = append(cpu, c.CPUUSPerReq["manager"])
+	for _, routed := range []string{pathRouted, pathEchoRouted} {
+		for _, n := range r.Options.InFlight {
+			var ratio, diff, rps, drps []float64
+			cpu, dcpu := map[string][]float64{}, map[string][]float64{}
+			for _, c := range r.Cases {
+				if c.InFlight != n {
+					continue
+				}
+				switch c.Path {
+				case routed:
+					if c.ThroughputRatio > 0 {
+						ratio, diff, rps = append(ratio, c.ThroughputRatio), append(diff, c.P50DiffUS), append(rps, c.ReqPerS)
+						for k, v := range c.CPUUSPerReq {
+							cpu[k] = append(cpu[k], v)
+						}
+					}
+				case directOf[routed]:
+					drps = append(drps, c.ReqPerS)
+					for k, v := range c.CPUUSPerReq {
+						dcpu[k] = append(dcpu[k], v)
+					}
+				}
 			}
+			if len(ratio) == 0 {
+				continue
+			}
+			s := routeSummary{
+				Scenario: "route", Path: "summary", Routed: routed, InFlight: n, Rounds: len(ratio),
+				ThroughputRatio: median(ratio), P50DiffUS: median(diff), ManagerCPUUSPerReq: median(cpu["manager"]),
+				ReqPerS: median(rps), DirectReqPerS: median(drps),
+				CPUUSPerReq: medians(cpu), DirectCPUUSPerReq: medians(dcpu),
+			}
+			out = append(out, s)
 		}
-		if len(ratio) == 0 {
-			continue
-		}
-		out = append(out, routeSummary{
-			Scenario: "route", Path: "summary", InFlight: n, Rounds: len(ratio),
-			ThroughputRatio: median(ratio), P50DiffUS: median(diff), ManagerCPUUSPerReq: median(cpu),
-		})
+	}
+	return out
+}
+
+// medians is the median of each list in m.
+func medians(m map[string][]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = median(v)
 	}
 	return out
 }
 
 func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
 	s := slices.Clone(v)
 	slices.Sort(s)
 	if len(s)%2 == 1 {
@@ -194,6 +260,11 @@ type routeSetup struct {
 	direct        *directCluster
 	manager       *attachedManager
 	routedHarness int // pid of the manager's cluster process
+	// With the echo cases: the echo cluster the bench is the manager of, and
+	// the second manager routing to its own echo cluster (pid echoCluster).
+	echoDirect  *directCluster
+	echoManager *attachedManager
+	echoCluster int
 	// With --node: the Node case's own manager and its Node cluster's pid.
 	nodeManager *attachedManager
 	nodeCluster int
@@ -274,6 +345,26 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, no
 		return err
 	}
 	paths := []string{pathDirect, pathRouted}
+	if o.Echo {
+		argv := o.EchoArgv
+		if argv == nil {
+			if argv, err = echoClusterArgv(); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(o.Progress, "route: starting the minimal echo cluster, direct and routed\n")
+		sub := filepath.Join(dir, "echo")
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			return err
+		}
+		if s.echoDirect, err = startDirect(ctx, argv, sub, logw); err != nil {
+			return fmt.Errorf("echo cluster: %w", err)
+		}
+		if s.echoManager, s.echoCluster, err = startOneClusterManager(ctx, o, sub, argv, logw); err != nil {
+			return fmt.Errorf("echo cluster: %w", err)
+		}
+		paths = append(paths, pathEchoDirect, pathEchoRouted)
+	}
 	if nodeArgv != nil {
 		fmt.Fprintf(o.Progress, "route: starting sm-manager with one Node cluster on @sm-supervisor/client (%s)\n", filepath.Base(nodeArgv[len(nodeArgv)-1]))
 		if s.nodeManager, s.nodeCluster, err = startNodeManager(ctx, o, dir, nodeArgv, logw); err != nil {
@@ -282,6 +373,9 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, no
 		paths = append(paths, pathNode)
 	}
 
+	if err := rep.readRest(ctx, o, s.pids(), "start"); err != nil {
+		return err
+	}
 	payload := echoPayload(o.PayloadBytes)
 	req := ipc.Frame{Op: "echo", Target: "0", Payload: payload}
 	for _, n := range o.InFlight {
@@ -299,13 +393,7 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, no
 					}
 					continue
 				}
-				p, pids := s.direct.pipe, map[string]int{"bench": os.Getpid(), "harness": s.direct.pid()}
-				switch path {
-				case pathRouted:
-					p, pids = s.manager.client, map[string]int{"bench": os.Getpid(), "harness": s.routedHarness, "manager": s.manager.pid()}
-				case pathNode:
-					p, pids = s.nodeManager.client, map[string]int{"bench": os.Getpid(), "node": s.nodeCluster, "manager": s.nodeManager.pid()}
-				}
+				p, pids := s.path(path)
 				fmt.Fprintf(o.Progress, "route: %s, %d in flight, round %d/%d: %v after %v warm-up\n", path, n, round, o.Rounds, o.Duration, o.Warmup)
 				c, err := measure(ctx, o, p, req, n, pids)
 				c.Path, c.Round = path, round
@@ -317,6 +405,63 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, no
 			rep.compareRound(n, round)
 		}
 	}
+	return rep.readRest(ctx, o, s.pids(), "end")
+}
+
+// path returns the pipe the load of path goes through and the processes
+// whose CPU it is metered by: the bench (the client), the cluster process
+// (as "harness", "echo" or "node") and, on routed paths, the manager.
+func (s *routeSetup) path(path string) (*pipe, map[string]int) {
+	bench := os.Getpid()
+	switch path {
+	case pathRouted:
+		return s.manager.client, map[string]int{"bench": bench, "harness": s.routedHarness, "manager": s.manager.pid()}
+	case pathEchoDirect:
+		return s.echoDirect.pipe, map[string]int{"bench": bench, "echo": s.echoDirect.pid()}
+	case pathEchoRouted:
+		return s.echoManager.client, map[string]int{"bench": bench, "echo": s.echoCluster, "manager": s.echoManager.pid()}
+	case pathNode:
+		return s.nodeManager.client, map[string]int{"bench": bench, "node": s.nodeCluster, "manager": s.nodeManager.pid()}
+	}
+	return s.direct.pipe, map[string]int{"bench": bench, "harness": s.direct.pid()}
+}
+
+// pids are every process the run started (and the bench), by name.
+func (s *routeSetup) pids() map[string]int {
+	pids := map[string]int{"bench": os.Getpid(), "harness": s.direct.pid(), "manager": s.manager.pid(), "routed harness": s.routedHarness}
+	if s.echoDirect != nil {
+		pids["echo"], pids["echo manager"], pids["routed echo"] = s.echoDirect.pid(), s.echoManager.pid(), s.echoCluster
+	}
+	if s.nodeManager != nil {
+		pids["node manager"], pids["node"] = s.nodeManager.pid(), s.nodeCluster
+	}
+	return pids
+}
+
+// readRest reads the machine for o.Rest with every process of the run idle
+// (heartbeats aside), as a case of path "rest": its others' CPU is what the
+// figure reads with no load of ours, at the run's start and end (when).
+func (r *routeReport) readRest(ctx context.Context, o routeOptions, pids map[string]int, when string) error {
+	if o.Rest <= 0 {
+		return nil
+	}
+	fmt.Fprintf(o.Progress, "route: reading the machine at rest for %v (%s)\n", o.Rest, when)
+	meter := newCPUMeter(pids)
+	meter.mark(true)
+	if err := sleep(ctx, o.Rest); err != nil {
+		return err
+	}
+	meter.mark(false)
+	if meter.err != nil {
+		return meter.err
+	}
+	c := routeCase{Scenario: "route", Path: pathRest, WindowS: o.Rest.Seconds(), OthersCPUPercent: meter.othersPercent(), RestAt: when}
+	c.CPUPercent = map[string]float64{}
+	el := meter.machine[1].at.Sub(meter.machine[0].at)
+	for name := range pids {
+		c.CPUPercent[name] = percentOf(meter.after[name].cpu-meter.before[name].cpu, el)
+	}
+	r.Rest = append(r.Rest, c)
 	return nil
 }
 
@@ -324,25 +469,20 @@ func routeCases(ctx context.Context, o routeOptions, dir string, harnessArgv, no
 // have all run: routed against direct, and the peer's against routed and the
 // Node case.
 func (r *routeReport) compareRound(n, round int) {
-	var direct, routed, node *routeCase
+	byPath := map[string]*routeCase{}
 	for i := range r.Cases {
-		c := &r.Cases[i]
-		if c.InFlight != n || c.Round != round {
-			continue
-		}
-		switch c.Path {
-		case pathDirect:
-			direct = c
-		case pathRouted:
-			routed = c
-		case pathNode:
-			node = c
+		if c := &r.Cases[i]; c.InFlight == n && c.Round == round {
+			byPath[c.Path] = c
 		}
 	}
-	if routed != nil && direct != nil && direct.ReqPerS > 0 {
-		routed.ThroughputRatio = routed.ReqPerS / direct.ReqPerS
-		routed.P50DiffUS = routed.P50US - direct.P50US
+	for routedPath, directPath := range directOf {
+		routed, direct := byPath[routedPath], byPath[directPath]
+		if routed != nil && direct != nil && direct.ReqPerS > 0 {
+			routed.ThroughputRatio = routed.ReqPerS / direct.ReqPerS
+			routed.P50DiffUS = routed.P50US - direct.P50US
+		}
 	}
+	routed, node := byPath[pathRouted], byPath[pathNode]
 	for i := range r.Peers {
 		c := &r.Peers[i]
 		if c.InFlight != n || c.Round != round || c.ReqPerS <= 0 {
@@ -396,6 +536,12 @@ func measure(ctx context.Context, o routeOptions, p *pipe, req ipc.Frame, window
 
 func (s *routeSetup) stop() error {
 	var errs []error
+	if s.echoManager != nil {
+		errs = append(errs, s.echoManager.shutdown())
+	}
+	if s.echoDirect != nil {
+		errs = append(errs, s.echoDirect.stop())
+	}
 	if s.nodeManager != nil {
 		errs = append(errs, s.nodeManager.shutdown())
 	}

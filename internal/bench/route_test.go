@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,15 @@ import (
 // built binaries: it must finish with exact books and non-zero figures.
 func TestRouteScenario(t *testing.T) {
 	out := runScenario(t, 2*time.Minute, "route",
-		"--duration=300ms", "--warmup=100ms", "--clusters=3", "--idle-sample=200ms",
+		"--duration=300ms", "--warmup=100ms", "--clusters=3", "--idle-sample=200ms", "--rest=200ms", "--inflight=64,1",
 		"--peers=false", // TestPeerComparison runs them
 	)
-	var cases, summaries, idle int
+	var cases, summaries, idle, rest int
+	var order []string
 	for _, line := range jsonLines(t, out) {
 		var c struct {
 			routeCase
+			Routed        string  `json:"routed"`
 			Clusters      int     `json:"clusters"`
 			ManagerCPUPct float64 `json:"manager_cpu_percent"`
 		}
@@ -27,19 +30,34 @@ func TestRouteScenario(t *testing.T) {
 			t.Fatalf("JSON line %s: %v", line, err)
 		}
 		switch c.Path {
-		case pathDirect, pathRouted:
+		case pathDirect, pathRouted, pathEchoDirect, pathEchoRouted:
 			cases++
+			if c.InFlight == 1 {
+				order = append(order, c.Path)
+			}
 			if why := c.Broken(); why != "" {
 				t.Errorf("%s %d: %s", c.Path, c.InFlight, why)
 			}
 			if c.OK == 0 || c.ReqPerS <= 0 || c.P50US <= 0 || c.P99US < c.P50US {
 				t.Errorf("%s %d: empty figures: %s", c.Path, c.InFlight, line)
 			}
-			if c.Path == pathRouted && (c.ThroughputRatio <= 0 || c.ManagerRSSKiB <= 0) {
-				t.Errorf("routed %d: no ratio or manager RSS: %s", c.InFlight, line)
+			routed := c.Path == pathRouted || c.Path == pathEchoRouted
+			if routed && (c.ThroughputRatio <= 0 || c.ManagerRSSKiB <= 0 || c.CPUUSPerReq["manager"] <= 0) {
+				t.Errorf("%s %d: no ratio, manager RSS or CPU: %s", c.Path, c.InFlight, line)
+			}
+			if cluster := map[bool]string{true: "echo", false: "harness"}[strings.HasPrefix(c.Path, "echo")]; c.CPUUSPerReq[cluster] <= 0 || c.CPUUSPerReq["bench"] <= 0 {
+				t.Errorf("%s %d: no CPU for the bench or the %s: %s", c.Path, c.InFlight, cluster, line)
+			}
+		case pathRest:
+			rest++
+			if c.RestAt != map[int]string{1: "start", 2: "end"}[rest] || c.CPUPercent["manager"] < 0 || c.WindowS <= 0 {
+				t.Errorf("rest reading %d: %s", rest, line)
 			}
 		case "summary":
 			summaries++
+			if c.Routed != pathRouted && c.Routed != pathEchoRouted {
+				t.Errorf("summary of %q: %s", c.Routed, line)
+			}
 		case "idle":
 			idle++
 			if c.Clusters != 3 || c.ManagerRSSKiB <= 0 {
@@ -49,8 +67,11 @@ func TestRouteScenario(t *testing.T) {
 			t.Errorf("unexpected line %s", line)
 		}
 	}
-	if cases != 4 || summaries != 2 || idle != 1 {
-		t.Fatalf("got %d cases, %d summaries, %d idle lines; want 4, 2, 1", cases, summaries, idle)
+	if cases != 8 || summaries != 4 || idle != 1 || rest != 2 {
+		t.Fatalf("got %d cases, %d summaries, %d idle lines, %d rest readings; want 8, 4, 1, 2", cases, summaries, idle, rest)
+	}
+	if want := []string{pathDirect, pathRouted, pathEchoDirect, pathEchoRouted}; !slices.Equal(order, want) {
+		t.Errorf("cases at 1 in flight ran in the order %v, want %v", order, want)
 	}
 }
 

@@ -238,7 +238,7 @@ func scaleSample(ctx context.Context, o scaleOptions, mgr *managerProc, rep *sca
 	rep.ManagerRSSKiB, rep.ManagerRSSMaxKiB = s.rssKiB, s.peakRSSKiB
 	rep.ManagerCPUPct = s.cpuPercent()
 	// Everything but the manager, the bench included (it sits idle meanwhile).
-	rep.OthersCPUPct = max(0, percentOf(s.machine-s.cpu, s.elapsed))
+	rep.OthersCPUPct = percentOf(s.machine-s.cpu, s.elapsed)
 	rep.ManagerFDs, _ = countFDs(pid)
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
 		rep.ManagerThreads = len(ents)
