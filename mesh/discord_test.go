@@ -95,6 +95,11 @@ func TestIdentifyClaimsRace(t *testing.T) {
 					mu.Unlock()
 					time.Sleep(time.Until(be.Retry))
 					continue
+				case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+					// One request's bound passed on a loaded machine: the
+					// manager retries such a claim, and so does this host (a
+					// create stored with its answer lost is a slot unused).
+					continue
 				case err != nil:
 					if ctx.Err() == nil {
 						t.Error(err)
