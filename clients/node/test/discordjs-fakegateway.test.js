@@ -150,7 +150,12 @@ test('@discordjs/ws 2.0.4 identifies, gets dispatches, and resumes after destroy
     await m.connect();
     await gw.waitFor(() => seen.filter(([, t]) => t === 'MESSAGE_CREATE').length >= 6, 5000, 'dispatches');
     const saved = new Map(store);
+    const before = gw.closes.filter((c) => c.by === 'client').length;
     await m.destroy(destroyOpts);
+    // destroy() resolves on the client's side of the close; the gateway sees
+    // it a moment later (later still under load), and the next run's RESUME
+    // must find the session detached.
+    await gw.waitFor(() => gw.closes.filter((c) => c.by === 'client').length >= before + 2, 5000, 'both shards closed');
     return { saved, seen };
   };
   // destroy() always clears the store through updateSessionInfo(null); keep a copy.
