@@ -43,6 +43,7 @@ type Config struct {
 	State     State     `toml:"state"`
 	Discord   Discord   `toml:"discord"`
 	Mesh      Mesh      `toml:"mesh"`
+	Reshard   Reshard   `toml:"reshard"`
 
 	// Path is the file the config was loaded from, for re-reading at DEPLOY.
 	Path string `toml:"-"`
@@ -361,8 +362,9 @@ func Default() Config {
 			BudgetFloor:     100,
 			ResumeMaxAge:    Duration{2 * time.Minute},
 		},
-		Admin: Admin{Listen: "127.0.0.1:7481"},
-		Mesh:  Mesh{Name: "sm", Lease: Duration{10 * time.Second}},
+		Admin:   Admin{Listen: "127.0.0.1:7481"},
+		Mesh:    Mesh{Name: "sm", Lease: Duration{10 * time.Second}},
+		Reshard: defaultReshard(),
 		API: API{
 			Listen:         "127.0.0.1:7482",
 			TokenEnv:       "SM_API_TOKEN",
@@ -578,6 +580,7 @@ func (c *Config) Validate() error {
 	positive("api.idle_timeout", c.API.IdleTimeout)
 	positive("api.request_timeout", c.API.RequestTimeout)
 	c.Mesh.validate(bad)
+	c.Reshard.validate(c, bad)
 	return errors.Join(errs...)
 }
 

@@ -281,6 +281,11 @@ func TestValidationNamesKey(t *testing.T) {
 		{"mesh.password_file", "[mesh]\npassword_file = \"/p\""},
 		{"mesh.cert_file", "[mesh]\ncert_file = \"/c\""},
 		{"mesh.cert_file", "[mesh]\nkey_file = \"/k\""},
+		{"reshard.check_interval", "[reshard]\ncheck_interval = \"500ms\""},
+		{"reshard.growth_ratio", "[reshard]\ngrowth_ratio = 0.9"},
+		{"reshard.max_parallel", "[reshard]\nmax_parallel = 0"},
+		{"reshard.enabled", "[reshard]\nenabled = true"},
+		{"reshard.enabled", "[discord]\ntoken_env = \"T\"\n[topology]\ntotal_shards = \"auto\"\n[mesh]\nnats_url = \"nats://x:4222\"\nhost_id = \"a\"\n[reshard]\nenabled = true"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -477,5 +482,19 @@ func emptyToNil(v reflect.Value) {
 		if v.Len() == 0 {
 			v.SetZero()
 		}
+	}
+}
+
+// [reshard] with what it needs parses, and its defaults are the documented ones.
+func TestReshard(t *testing.T) {
+	if r := config.Default().Reshard; r.Enabled || r.CheckInterval.Duration != time.Hour || r.GrowthRatio != 1.5 || r.MaxParallel != 1 {
+		t.Fatalf("defaults: %+v", r)
+	}
+	cfg, err := config.Parse("[discord]\ntoken_env = \"T\"\n[topology]\ntotal_shards = \"auto\"\n[reshard]\nenabled = true\ncheck_interval = \"10m\"\ngrowth_ratio = 1.2\nmax_parallel = 4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Reshard; !r.Enabled || r.CheckInterval.Duration != 10*time.Minute || r.GrowthRatio != 1.2 || r.MaxParallel != 4 {
+		t.Fatalf("parsed: %+v", r)
 	}
 }

@@ -106,8 +106,9 @@ type Manager struct {
 	feedDiscordDirty bool
 	discLast         []byte
 	fetchGateway     func(ctx context.Context) (discord.GatewayBot, error)
-	feed             hub     // the state feed's subscribers
-	dirty            []*slot // clusters whose state changed during this loop event
+	reshard          *ReshardStatus // the [reshard] schedule's state; nil when off (reshard.go)
+	feed             hub            // the state feed's subscribers
+	dirty            []*slot        // clusters whose state changed during this loop event
 	depPublished     *generation.Deploy
 	depPublishedDone bool
 	depLast          []byte
@@ -275,7 +276,9 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 		m.do(s, s.sup.Ensure(now))
 	}
 	m.maybeSaveState(time.Now())
+	waitReshard := m.runReshard(ctx)
 	m.loop(ctx)
+	waitReshard()
 	m.stopping.Store(true)
 	ln.Close()
 	<-acceptDone

@@ -108,6 +108,8 @@ type (
 		entries map[int]mesh.ResumeEntry
 		err     error
 	}
+	// evReshard is one check of the [reshard] schedule (reshard.go).
+	evReshard reshardCheck
 	// evFunc runs a function on the loop: tests read loop-owned state with it.
 	evFunc func(*Manager)
 )
@@ -129,6 +131,7 @@ func (evIdentifyExpire) isEvent() {}
 func (evGateDue) isEvent()        {}
 func (evMeshHold) isEvent()       {}
 func (evFunc) isEvent()           {}
+func (evReshard) isEvent()        {}
 
 func (evIdentifyClaimed) isEvent() {}
 func (evMeshResume) isEvent()      {}
@@ -176,6 +179,8 @@ func (m *Manager) apply(ev event) {
 		m.identifyClaimed(ev.r)
 	case evMeshResume:
 		m.resumeFetched(ev)
+	case evReshard:
+		m.reshardChecked(reshardCheck(ev))
 	case evFunc:
 		ev(m)
 	default:

@@ -24,6 +24,7 @@ type metrics struct {
 	identifyGranted prometheus.Counter
 	identifyRefused prometheus.Counter
 	loopEvents      prometheus.Counter
+	reshardChecks   *prometheus.CounterVec // by result (reshard.go)
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -40,10 +41,12 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		identifyGranted: counter("sm_identify_granted_total", "IDENTIFY slots granted by the identify gate (each spends a session start)."),
 		identifyRefused: counter("sm_identify_refused_total", "IDENTIFYs refused by the session-start budget governor."),
 		loopEvents:      counter("sm_loop_events_total", "Events the manager's event loop handled; a steady cluster's heartbeats are not events."),
+		reshardChecks: counterVec("sm_reshard_checks_total", "Checks of Discord's recommended shard count by the [reshard] schedule, by result: unchanged, resharded, deferred, error.",
+			"result"),
 	}
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
-			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, collector{m})
+			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, collector{m})
 	}
 	return mt
 }

@@ -27,6 +27,8 @@ var metricsDocConditional = map[string]string{
 	// A CounterVec has no series until its first label value; a finished
 	// deploy costs a whole new generation of processes, too much for this check.
 	"sm_deploys_total": "no series until the first deploy finishes",
+	// TestReshardWhenDiscordAsks checks its series.
+	"sm_reshard_checks_total": "no series while [reshard] is off",
 }
 
 // docRow is one metric row of a table in docs/metrics.md:

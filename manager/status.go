@@ -29,6 +29,8 @@ type Status struct {
 	HeartbeatsOmitted bool `json:"heartbeats_omitted,omitempty"`
 	// Hosts are the hosts of the mesh, with [mesh] set (docs/multihost.md).
 	Hosts []HostStatus `json:"hosts,omitempty"`
+	// Reshard is the [reshard] schedule, when it is on (docs/deploys.md).
+	Reshard *ReshardStatus `json:"reshard,omitempty"`
 }
 
 // withoutHeartbeats is st with no cluster's heartbeat payload.
@@ -130,6 +132,10 @@ func (m *Manager) snapshot(now time.Time) Status {
 	}
 	if m.mesh != nil {
 		st.Hosts = m.meshHosts(now)
+	}
+	if m.reshard != nil {
+		r := *m.reshard
+		st.Reshard = &r
 	}
 	return st
 }
