@@ -246,6 +246,10 @@ type Mesh struct {
 	// without renewal. The renewal interval and the fencing margin derive
 	// from it (mesh.TimingFor). Every host of a mesh must use the same.
 	Lease Duration `toml:"lease"`
+	// Replicas is how many servers of a JetStream cluster keep each of the
+	// mesh's buckets: 3 on a 3-node NATS cluster survives losing one node.
+	// Used by the first host that makes the buckets.
+	Replicas int `toml:"replicas"`
 
 	// At most one of these authenticates to NATS: a credentials file (JWT
 	// and NKey seed), a file holding a token, or a user with a file holding
@@ -363,7 +367,7 @@ func Default() Config {
 			ResumeMaxAge:    Duration{2 * time.Minute},
 		},
 		Admin:   Admin{Listen: "127.0.0.1:7481"},
-		Mesh:    Mesh{Name: "sm", Lease: Duration{10 * time.Second}},
+		Mesh:    Mesh{Name: "sm", Lease: Duration{10 * time.Second}, Replicas: 1},
 		Reshard: defaultReshard(),
 		API: API{
 			Listen:         "127.0.0.1:7482",
@@ -612,6 +616,10 @@ func (m Mesh) validate(bad func(key, format string, args ...any)) {
 	}
 	if !meshName.MatchString(m.Name) {
 		bad("mesh.name", "%q must be 1 to 64 letters, digits, '-' or '_'", m.Name)
+	}
+	// JetStream allows at most 5 replicas of a stream.
+	if m.Replicas < 1 || m.Replicas > 5 {
+		bad("mesh.replicas", "must be from 1 to 5, got %d", m.Replicas)
 	}
 	if m.MaxClusters < 0 {
 		bad("mesh.max_clusters", "must be 0 (no limit) or more, got %d", m.MaxClusters)

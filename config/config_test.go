@@ -137,6 +137,7 @@ name = "bot-1"
 host_id = "host_a"
 max_clusters = 6
 lease = "4s"
+replicas = 3
 user = "sm"
 password_file = "/etc/sm/nats-password"
 ca_file = "/etc/sm/ca.pem"
@@ -148,7 +149,7 @@ key_file = "/etc/sm/host.key"
 	}
 	want := config.Mesh{
 		NATSURL: "nats://n1:4222, tls://n2:4222", Name: "bot-1", HostID: "host_a", MaxClusters: 6,
-		Lease: config.Duration{Duration: 4 * time.Second}, User: "sm", PasswordFile: "/etc/sm/nats-password",
+		Lease: config.Duration{Duration: 4 * time.Second}, Replicas: 3, User: "sm", PasswordFile: "/etc/sm/nats-password",
 		CAFile: "/etc/sm/ca.pem", CertFile: "/etc/sm/host.pem", KeyFile: "/etc/sm/host.key",
 	}
 	if cfg.Mesh != want || !cfg.Mesh.Enabled() {
@@ -274,6 +275,8 @@ func TestValidationNamesKey(t *testing.T) {
 		{"mesh.name", "[mesh]\nname = \"\""},
 		{"mesh.name", "[mesh]\nname = \"my bot\""},
 		{"mesh.max_clusters", "[mesh]\nmax_clusters = -1"},
+		{"mesh.replicas", "[mesh]\nreplicas = 0"},
+		{"mesh.replicas", "[mesh]\nreplicas = 6"},
 		{"mesh.lease", "[mesh]\nlease = \"1s\""},
 		{"mesh.creds_file", "[mesh]\ncreds_file = \"/c\"\ntoken_file = \"/t\""},
 		{"mesh.creds_file", "[mesh]\ntoken_file = \"/t\"\nuser = \"u\"\npassword_file = \"/p\""},

@@ -40,7 +40,7 @@ func (m *Manager) joinMesh() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lease.Duration)
 	defer cancel()
-	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration)
+	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration, mesh.Replicas(cfg.Replicas))
 	var md *meshDiscord
 	if err == nil {
 		md, err = m.openMeshDiscord(ctx, st)

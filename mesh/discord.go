@@ -49,18 +49,18 @@ func OpenDiscord(ctx context.Context, st *Store, name string, set DiscordSetting
 	}
 	d := &DiscordStore{op: st.Timing.Op, Settings: set}
 	var err error
-	if d.identify, err = discordBucket(ctx, st.js, jetstream.KeyValueConfig{
+	if d.identify, err = discordBucket(ctx, st, jetstream.KeyValueConfig{
 		Bucket: name + "_identify", Description: "sm: the identify grant of each rate-limit bucket",
 		TTL: IdentifyHold(set.Spacing),
 	}, "discord.identify_spacing", set.Spacing); err != nil {
 		return nil, err
 	}
-	if d.budget, err = discordBucket(ctx, st.js, jetstream.KeyValueConfig{
+	if d.budget, err = discordBucket(ctx, st, jetstream.KeyValueConfig{
 		Bucket: name + "_budget", Description: "sm: the bot's session-start budget",
 	}, "", 0); err != nil {
 		return nil, err
 	}
-	if d.resume, err = discordBucket(ctx, st.js, jetstream.KeyValueConfig{
+	if d.resume, err = discordBucket(ctx, st, jetstream.KeyValueConfig{
 		Bucket: name + "_resume", Description: "sm: each shard's resume state",
 		TTL: set.ResumeMaxAge,
 	}, "discord.resume_max_age", set.ResumeMaxAge); err != nil {
@@ -72,25 +72,19 @@ func OpenDiscord(ctx context.Context, st *Store, name string, set DiscordSetting
 // discordBucket opens (or makes) the bucket cfg describes, one revision per
 // key on disk, and checks its max age: key names the setting it comes from,
 // set its value here (for the error).
-func discordBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, key string, set time.Duration) (jetstream.KeyValue, error) {
-	cfg.History, cfg.Storage = 1, jetstream.FileStorage
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // another host made it first
-		}
-	}
+func discordBucket(ctx context.Context, st *Store, cfg jetstream.KeyValueConfig, key string, set time.Duration) (jetstream.KeyValue, error) {
+	cfg.History, cfg.Storage, cfg.Replicas = 1, jetstream.FileStorage, st.replicas
+	kv, err := keyValue(ctx, st.js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: bucket %s: %w", cfg.Bucket, err)
 	}
-	st, err := kv.Status(ctx)
+	bs, err := settled(ctx, kv)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: bucket %s: %w", cfg.Bucket, err)
 	}
-	if st.TTL() != cfg.TTL {
+	if bs.TTL() != cfg.TTL {
 		return nil, fmt.Errorf("mesh: bucket %s: %w: it keeps entries %v, and %s = %v here would keep them %v; every host of a mesh must use the same",
-			cfg.Bucket, ErrDiscordMismatch, st.TTL(), key, set, cfg.TTL)
+			cfg.Bucket, ErrDiscordMismatch, bs.TTL(), key, set, cfg.TTL)
 	}
 	return kv, nil
 }

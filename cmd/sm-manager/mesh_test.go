@@ -41,6 +41,10 @@ func meshConfig(t *testing.T, url, id string, maxClusters int, extra string) (pa
 	t.Helper()
 	dir := t.TempDir()
 	sock = filepath.Join(dir, "sm.sock")
+	lease := "lease = \"2s\"\n" // unless extra sets its own
+	if strings.Contains(extra, "lease =") {
+		lease = ""
+	}
 	doc := fmt.Sprintf(`socket = %q
 [topology]
 total_shards = 24
@@ -64,8 +68,7 @@ identify_spacing = "1ms"
 nats_url = %q
 host_id = %q
 max_clusters = %d
-lease = "2s"
-%s`, sock, testenv.Bin("cluster-harness"), url, id, maxClusters, extra)
+%s%s`, sock, testenv.Bin("cluster-harness"), url, id, maxClusters, lease, extra)
 	path = filepath.Join(dir, "sm.toml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,7 +80,13 @@ lease = "2s"
 // (SIGTERM, then SIGKILL) unless the test killed it.
 func startMeshHost(t *testing.T, url, id string, maxClusters int) *meshHost {
 	t.Helper()
-	path, sock := meshConfig(t, url, id, maxClusters, "")
+	return startMeshHostWith(t, url, id, maxClusters, "")
+}
+
+// startMeshHostWith is startMeshHost with extra [mesh] keys.
+func startMeshHostWith(t *testing.T, url, id string, maxClusters int, extra string) *meshHost {
+	t.Helper()
+	path, sock := meshConfig(t, url, id, maxClusters, extra)
 	h := &meshHost{id: id, sock: sock, out: &testenv.Buffer{}, done: make(chan struct{})}
 	h.cmd = exec.Command(testenv.Bin("sm-manager"), "-config", path)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out

@@ -33,6 +33,9 @@ type Options struct {
 	// StoreDir is JetStream's store; a new temporary directory when empty.
 	// Reusing one across a restart keeps the buckets.
 	StoreDir string
+	// Extra is more server configuration, added as it is (StartCluster's
+	// server_name and cluster block).
+	Extra string
 }
 
 // Server is one running nats-server.
@@ -74,8 +77,8 @@ func (s *Server) start() {
 	} else if s.opts.Port != 0 {
 		port = s.opts.Port
 	}
-	conf := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\nports_file_dir: %q\n%s\n",
-		fmt.Sprintf("%s:%d", s.opts.Host, port), s.opts.StoreDir, dir, s.opts.Auth)
+	conf := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\nports_file_dir: %q\n%s\n%s\n",
+		fmt.Sprintf("%s:%d", s.opts.Host, port), s.opts.StoreDir, dir, s.opts.Auth, s.opts.Extra)
 	path := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
