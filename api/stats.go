@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,8 +27,9 @@ type FleetStats struct {
 	Totals map[string]FieldTotal `json:"totals"`
 	// PerCluster is every cluster, in order, with its values.
 	PerCluster []ClusterValues `json:"per_cluster"`
-	// FieldsDropped counts fields past api.stats_max_fields (the first by
-	// name are kept), left out of Totals and PerCluster.
+	// FieldsDropped counts fields past api.stats_max_fields, left out of
+	// Totals and PerCluster: the well-known fields (docs/protocol.md) are
+	// kept first, then the others by name.
 	FieldsDropped int `json:"fields_dropped,omitempty"`
 	// Counters are the manager's fleet counters since it started (STATUS's).
 	Counters json.RawMessage `json:"counters,omitempty"`
@@ -86,6 +88,18 @@ func numericFields(payload json.RawMessage) map[string]float64 {
 	return out
 }
 
+// wellKnownFields are the heartbeat fields docs/protocol.md names, in its
+// order: kept first when api.stats_max_fields cuts.
+var wellKnownFields = []string{"guilds", "users", "memory_bytes", "heap_bytes", "ping_ms", "event_loop_lag_ms"}
+
+// fieldRank orders field names for the cut: the well-known ones first.
+func fieldRank(name string) int {
+	if i := slices.Index(wellKnownFields, name); i >= 0 {
+		return i
+	}
+	return len(wellKnownFields)
+}
+
 // aggregate builds FleetStats from the clusters' states and their last
 // heartbeat payloads (payloads[i] for cluster i; nil for none), keeping at
 // most maxFields distinct fields.
@@ -106,7 +120,13 @@ func aggregate(clusters []clusterState, payloads []json.RawMessage, maxFields in
 	for k := range seen {
 		names = append(names, k)
 	}
-	slices.Sort(names)
+	slices.SortFunc(names, func(a, b string) int {
+		ra, rb := fieldRank(a), fieldRank(b)
+		if ra != rb {
+			return ra - rb
+		}
+		return strings.Compare(a, b)
+	})
 	if len(names) > maxFields {
 		st.FieldsDropped = len(names) - maxFields
 		for _, k := range names[maxFields:] {
