@@ -244,3 +244,70 @@ func TestDashboardCheckCatchesBadQueries(t *testing.T) {
 		}
 	}
 }
+
+// alertExprs returns the expr of every rule in docs/metrics.md's example
+// alert rules (the yaml block after "## Example alert rules"), one-line or
+// block (`expr: |`).
+func alertExprs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(metricsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Example alert rules")
+	_, rest, ok2 := strings.Cut(rest, "```yaml\n")
+	block, _, ok3 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("%s: no yaml block of example alert rules", metricsDoc)
+	}
+	var out []string
+	lines := strings.Split(block, "\n")
+	for i := 0; i < len(lines); i++ {
+		key, val, found := strings.Cut(strings.TrimSpace(lines[i]), "expr:")
+		if !found || key != "" {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		if val == "|" || val == ">" {
+			indent := len(lines[i]) - len(strings.TrimLeft(lines[i], " "))
+			var body []string
+			for i+1 < len(lines) {
+				next := lines[i+1]
+				if strings.TrimSpace(next) != "" && len(next)-len(strings.TrimLeft(next, " ")) <= indent {
+					break
+				}
+				body = append(body, next)
+				i++
+			}
+			val = strings.Join(body, "\n")
+		}
+		out = append(out, val)
+	}
+	return out
+}
+
+// The example alert rules of docs/metrics.md pass the same check; `up` is
+// Prometheus's own series for every target.
+func TestAlertRuleQueries(t *testing.T) {
+	known := readMetrics(t)
+	known["up"] = metric{typ: "gauge"}
+	exprs := alertExprs(t)
+	if len(exprs) < 10 {
+		t.Fatalf("found %d alert exprs in %s: the yaml parse is broken", len(exprs), metricsDoc)
+	}
+	for _, e := range exprs {
+		sels, err := promql.Selectors(e)
+		if err == nil && len(sels) == 0 {
+			err = fmt.Errorf("selects no metric")
+		}
+		if err != nil {
+			t.Errorf("alert %q: %v", e, err)
+			continue
+		}
+		for _, sel := range sels {
+			if err := checkSelector(known, sel); err != nil {
+				t.Errorf("alert %q: %v", e, err)
+			}
+		}
+	}
+}
