@@ -90,7 +90,7 @@ func numericFields(payload json.RawMessage) map[string]float64 {
 
 // wellKnownFields are the heartbeat fields docs/protocol.md names, in its
 // order: kept first when api.stats_max_fields cuts.
-var wellKnownFields = []string{"guilds", "users", "memory_bytes", "heap_bytes", "ping_ms", "event_loop_lag_ms"}
+var wellKnownFields = []string{"guilds", "users", "memory_bytes", "heap_bytes", "ping_ms", "loop_lag_ms"}
 
 // fieldRank orders field names for the cut: the well-known ones first.
 func fieldRank(name string) int {
