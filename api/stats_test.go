@@ -10,21 +10,13 @@ import (
 	"github.com/sm-supervisor/sm/api"
 	"github.com/sm-supervisor/sm/config"
 	"github.com/sm-supervisor/sm/internal/testenv"
+	"github.com/sm-supervisor/sm/manager"
 )
 
-// statsDoc is GET /v1/stats with the counters decoded.
+// statsDoc is GET /v1/stats with the counters decoded: the manager's, passed through.
 type statsDoc struct {
 	api.FleetStats
-	Counters struct {
-		Since                time.Time         `json:"since"`
-		RequestsForwarded    uint64            `json:"requests_forwarded"`
-		RequestsFailed       uint64            `json:"requests_failed"`
-		RequestsFailedByCode map[string]uint64 `json:"requests_failed_by_code"`
-		Restarts             uint64            `json:"restarts"`
-		Deploys              uint64            `json:"deploys"`
-		DeploysByState       map[string]uint64 `json:"deploys_by_state"`
-		IdentifiesGranted    uint64            `json:"identifies_granted"`
-	} `json:"counters"`
+	Counters manager.Counters `json:"counters"`
 }
 
 func (a *apiServer) stats() statsDoc {
