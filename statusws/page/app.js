@@ -127,6 +127,7 @@
       c.lastBeat = now - info.heartbeat_age_ms;
       if (info.heartbeat !== undefined) {
         c.beat = { pid: info.pid, gen: info.generation, payload: info.heartbeat, at: c.lastBeat };
+        recordSample(info.id, info.heartbeat, c.lastBeat);
       }
     }
     if (isNum(info.restart_in_ms) && info.restart_in_ms > 0) c.restartAt = now + info.restart_in_ms;
@@ -562,7 +563,8 @@
   // latency (ping). Samples are kept here, in the page, from the heartbeat
   // events as they arrive, at most one per CHART_STEP_MS and CHART_POINTS in
   // all, so the history is bounded whatever the heartbeat rate. They outlive
-  // a reconnect (keyed by cluster id), not a reload. Drawn as inline SVG
+  // a reconnect (keyed by cluster id), not a reload; a snapshot's last
+  // heartbeat of each cluster is the first sample. Drawn as inline SVG
   // polylines: no library, nothing fetched.
   const CHART_WINDOW_MS = 5 * 60 * 1000;
   const CHART_STEP_MS = 1000;
@@ -583,6 +585,7 @@
     if (!list) { list = []; samples.set(id, list); }
     const s = { t: now, step: Math.floor(now / CHART_STEP_MS), memory: st.memory, ping: st.ping };
     const last = list[list.length - 1];
+    if (last && now < last.t) return; // a snapshot's last heartbeat, older than what we drew
     if (last && last.step === s.step) {
       list[list.length - 1] = s; // the same step: its newest value stands for it
     } else {
