@@ -580,6 +580,7 @@
 
   function recordSample(id, payload, now) {
     const st = statsOf(payload);
+    if (st.memory === undefined && isObj(payload) && isNum(payload.heap_bytes)) st.memory = payload.heap_bytes;
     if (st.memory === undefined && st.ping === undefined) return;
     let list = samples.get(id);
     if (!list) { list = []; samples.set(id, list); }
