@@ -628,6 +628,12 @@
     const v = c.view && c.view.charts;
     if (!v) return;
     const list = samples.get(c.id) || [];
+    // At most one drawing a step per card unless a step began: a cluster
+    // heartbeating ten times a second costs one polyline a second, not ten.
+    const newest = list.length ? list[list.length - 1].step : -1;
+    if (v.drawnStep === newest && now - v.drawnAt < CHART_STEP_MS) return;
+    v.drawnStep = newest;
+    v.drawnAt = now;
     let any = false;
     for (const it of v.items) {
       const key = it.def.key;
