@@ -197,18 +197,41 @@ func TestDashboardQueries(t *testing.T) {
 			t.Errorf("the dashboard does not query %s", want)
 		}
 	}
+	type rect struct{ X, Y, W, H int }
 	var doc struct {
+		UID    string
 		Panels []struct {
+			ID          int
 			Type, Title string
 			Targets     []json.RawMessage
+			GridPos     rect
 		}
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range doc.Panels {
+	if doc.UID == "" {
+		t.Error("the dashboard has no uid: each import would make a new copy")
+	}
+	ids := map[int]bool{}
+	for i, p := range doc.Panels {
 		if p.Type != "row" && len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
+		}
+		if ids[p.ID] {
+			t.Errorf("panel %q reuses id %d", p.Title, p.ID)
+		}
+		ids[p.ID] = true
+		// Grafana's grid is 24 wide; panels that overlap are drawn over each other.
+		g := p.GridPos
+		if g.W < 1 || g.H < 1 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q is off the grid: %+v", p.Title, g)
+		}
+		for _, q := range doc.Panels[:i] {
+			o := q.GridPos
+			if g.X < o.X+o.W && o.X < g.X+g.W && g.Y < o.Y+o.H && o.Y < g.Y+g.H {
+				t.Errorf("panels %q %+v and %q %+v overlap", q.Title, o, p.Title, g)
+			}
 		}
 	}
 }
