@@ -73,6 +73,7 @@ func TestAuth(t *testing.T) {
 	a.waitSynced()
 	endpoints := []struct{ method, path string }{
 		{"GET", "/v1/status"},
+		{"GET", "/v1/stats"},
 		{"GET", "/v1/guilds/81384788765712384"},
 		{"POST", "/v1/deploy"},
 		{"GET", "/v1/deploys/deploy-2"},

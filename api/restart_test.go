@@ -48,6 +48,7 @@ func TestManagerRestart(t *testing.T) {
 	want(t, "healthz while down", a.do("GET", "/healthz", "-", nil), 200, "")
 	for _, rq := range []struct{ method, path string }{
 		{"GET", "/v1/status"},
+		{"GET", "/v1/stats"},
 		{"GET", fmt.Sprintf("/v1/guilds/%d", guildOn(2, 8))},
 		{"POST", "/v1/deploy"},
 		{"GET", "/v1/deploys/latest"},

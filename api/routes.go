@@ -24,6 +24,7 @@ func (s *Server) endpoints() []route {
 		{"GET", "/healthz", true, s.healthz},
 		{"GET", "/readyz", true, s.readyz},
 		{"GET", "/v1/status", false, s.status},
+		{"GET", "/v1/stats", false, s.stats},
 		{"GET", "/v1/guilds/{id}", false, s.guild},
 		{"POST", "/v1/deploy", false, s.deploy},
 		{"GET", "/v1/deploys/{id}", false, s.deployStatus},

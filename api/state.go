@@ -32,6 +32,9 @@ type (
 		CrashLoop   bool   `json:"crash_loop"`
 		HeartbeatMS int64  `json:"heartbeat_age_ms"` // -1 when no process
 		Deploying   bool   `json:"deploying"`
+		// Heartbeat is the last payload, in a snapshot (kept in
+		// stateCache.beat; cluster events carry none).
+		Heartbeat json.RawMessage `json:"heartbeat,omitempty"`
 	}
 )
 
@@ -106,11 +109,14 @@ type stateCache struct {
 	now      func() time.Time
 	maxQuiet time.Duration
 
-	mu        sync.Mutex
-	synced    bool
-	topo      generation.Topology
-	clusters  []clusterState
-	lastBeat  []time.Time // per cluster; zero when it has no process
+	mu       sync.Mutex
+	synced   bool
+	topo     generation.Topology
+	clusters []clusterState
+	lastBeat []time.Time // per cluster; zero when it has no process
+	// beat is each cluster's last heartbeat payload from the process its
+	// state describes (nil before one), for GET /v1/stats.
+	beat      []json.RawMessage
 	lastEvent time.Time
 }
 
@@ -129,7 +135,7 @@ func (c *stateCache) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.synced = false
-	c.clusters, c.lastBeat = nil, nil
+	c.clusters, c.lastBeat, c.beat = nil, nil, nil
 }
 
 // Synced reports whether the cache holds a snapshot and every event since.
@@ -163,7 +169,9 @@ func (c *stateCache) apply(payload []byte) (resync bool) {
 		}
 		c.topo, c.clusters = ev.Status.Topology, ev.Status.Clusters
 		c.lastBeat = make([]time.Time, len(c.clusters))
+		c.beat = make([]json.RawMessage, len(c.clusters))
 		for i, cs := range c.clusters {
+			c.beat[i] = cs.Heartbeat
 			if cs.HeartbeatMS >= 0 {
 				c.lastBeat[i] = ev.Status.At.Add(-time.Duration(cs.HeartbeatMS) * time.Millisecond)
 			}
@@ -174,9 +182,10 @@ func (c *stateCache) apply(payload []byte) (resync bool) {
 			return false
 		}
 		var ev struct {
-			Cluster int       `json:"cluster"`
-			PID     int       `json:"pid"`
-			At      time.Time `json:"at"`
+			Cluster int             `json:"cluster"`
+			PID     int             `json:"pid"`
+			At      time.Time       `json:"at"`
+			Payload json.RawMessage `json:"payload"`
 		}
 		if json.Unmarshal(payload, &ev) != nil {
 			return c.loseLocked()
@@ -186,6 +195,7 @@ func (c *stateCache) apply(payload []byte) (resync bool) {
 		if ev.Cluster >= 0 && ev.Cluster < len(c.clusters) && ev.PID == c.clusters[ev.Cluster].PID &&
 			ev.At.After(c.lastBeat[ev.Cluster]) {
 			c.lastBeat[ev.Cluster] = ev.At
+			c.beat[ev.Cluster] = ev.Payload
 		}
 	case evCluster:
 		if !c.synced {
@@ -199,6 +209,9 @@ func (c *stateCache) apply(payload []byte) (resync bool) {
 		}
 		i, old := ev.Cluster.ID, c.clusters[ev.Cluster.ID]
 		c.clusters[i] = ev.Cluster
+		if ev.Cluster.PID != old.PID {
+			c.beat[i] = nil // the old process's; the new one's next heartbeat fills it
+		}
 		switch beat := now.Add(-time.Duration(ev.Cluster.HeartbeatMS) * time.Millisecond); {
 		case ev.Cluster.HeartbeatMS < 0:
 			c.lastBeat[i] = time.Time{}
@@ -243,4 +256,19 @@ func (c *stateCache) guild(g uint64) (GuildInfo, bool) {
 		age = max(0, now.Sub(c.lastBeat[i]).Milliseconds())
 	}
 	return guildInfo(g, c.topo, c.clusters[i], age, "watch"), true
+}
+
+// payloads fills payloads[i] with cluster i's last heartbeat payload from the
+// cache, where it is in sync and describes the same process as clusters[i].
+func (c *stateCache) payloads(clusters []clusterState, payloads []json.RawMessage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		return
+	}
+	for i, cs := range clusters {
+		if i < len(c.clusters) && i < len(payloads) && payloads[i] == nil && c.clusters[i].PID == cs.PID {
+			payloads[i] = c.beat[i]
+		}
+	}
 }

@@ -224,6 +224,9 @@ type API struct {
 	WriteTimeout   Duration `toml:"write_timeout"`
 	IdleTimeout    Duration `toml:"idle_timeout"`
 	RequestTimeout Duration `toml:"request_timeout"`
+	// StatsMaxFields bounds the heartbeat fields GET /v1/stats aggregates:
+	// the first this many numeric top-level fields, by name, of all clusters.
+	StatsMaxFields int `toml:"stats_max_fields"`
 }
 
 // Mesh is the [mesh] table: many hosts sharing one bot's clusters through a
@@ -377,6 +380,7 @@ func Default() Config {
 			WriteTimeout:   Duration{30 * time.Second},
 			IdleTimeout:    Duration{2 * time.Minute},
 			RequestTimeout: Duration{10 * time.Second},
+			StatsMaxFields: 64,
 		},
 	}
 }
@@ -583,6 +587,9 @@ func (c *Config) Validate() error {
 	positive("api.write_timeout", c.API.WriteTimeout)
 	positive("api.idle_timeout", c.API.IdleTimeout)
 	positive("api.request_timeout", c.API.RequestTimeout)
+	if c.API.StatsMaxFields < 1 {
+		bad("api.stats_max_fields", "must be at least 1, got %d", c.API.StatsMaxFields)
+	}
 	c.Mesh.validate(bad)
 	c.Reshard.validate(c, bad)
 	return errors.Join(errs...)

@@ -34,17 +34,21 @@ func simResumeURL(shard int) string {
 // Stats is the simulated bot's view of itself: the HEARTBEAT payload and the
 // answer to the stats op. The manager passes it to the status feed unread.
 type Stats struct {
-	Shards           []ShardStats `json:"shards"`
-	Guilds           int          `json:"guilds"`
-	MemoryBytes      uint64       `json:"memory_bytes"`
-	UptimeMS         int64        `json:"uptime_ms"`
-	EventsBuffered   int64        `json:"events_buffered"`
-	EventsDispatched int64        `json:"events_dispatched"`
-	EventsDropped    int64        `json:"events_dropped"`
-	Active           bool         `json:"active"`
-	Quiescing        bool         `json:"quiescing"`
-	RequestsHandled  int64        `json:"requests_handled"`
-	RequestsInFlight int          `json:"requests_in_flight"`
+	Shards []ShardStats `json:"shards"`
+	Guilds int          `json:"guilds"`
+	Users  int          `json:"users"`
+	// PingMS is the mean gateway heartbeat latency of the connected shards,
+	// left out while none is.
+	PingMS           int    `json:"ping_ms,omitempty"`
+	MemoryBytes      uint64 `json:"memory_bytes"`
+	UptimeMS         int64  `json:"uptime_ms"`
+	EventsBuffered   int64  `json:"events_buffered"`
+	EventsDispatched int64  `json:"events_dispatched"`
+	EventsDropped    int64  `json:"events_dropped"`
+	Active           bool   `json:"active"`
+	Quiescing        bool   `json:"quiescing"`
+	RequestsHandled  int64  `json:"requests_handled"`
+	RequestsInFlight int    `json:"requests_in_flight"`
 	// Identifies and Resumes count the sessions this process opened each way.
 	Identifies int `json:"identifies"`
 	Resumes    int `json:"resumes"`
@@ -109,6 +113,7 @@ func buildStats(env Env, st simState, uptime time.Duration, mem uint64) Stats {
 		Identifies:       st.identifies,
 		Resumes:          st.resumes,
 	}
+	pings := 0
 	for i := range env.Shards() {
 		id := env.ShardFirst + i
 		sh := ShardStats{ID: id, Status: ShardConnecting, PingMS: -1}
@@ -118,6 +123,9 @@ func buildStats(env Env, st simState, uptime time.Duration, mem uint64) Stats {
 			sh.PingMS = simPing(id, uptime)
 			sh.Guilds = simGuilds(id)
 			s.Guilds += sh.Guilds
+			s.Users += simUsers(id)
+			s.PingMS += sh.PingMS
+			pings++
 			sh.Session = SessionIdentified
 			if i < len(st.sessions) && st.sessions[i].resumed {
 				sh.Session = SessionResumed
@@ -126,6 +134,9 @@ func buildStats(env Env, st simState, uptime time.Duration, mem uint64) Stats {
 			sh.Status = ShardWaitingBudget
 		}
 		s.Shards = append(s.Shards, sh)
+	}
+	if pings > 0 {
+		s.PingMS /= pings
 	}
 	return s
 }
@@ -166,6 +177,9 @@ func (st *simState) resumeStates(env Env) []discord.ResumeState {
 
 // simGuilds is the made-up guild count of a shard: 900..1149, fixed per shard.
 func simGuilds(shard int) int { return 900 + (shard*7919)%250 }
+
+// simUsers is the made-up member count of a shard's guilds: 40..59 a guild.
+func simUsers(shard int) int { return simGuilds(shard) * (40 + shard%20) }
 
 // simPing is a made-up gateway latency of 35..59ms that drifts every second.
 func simPing(shard int, uptime time.Duration) int {

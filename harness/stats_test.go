@@ -33,6 +33,15 @@ func TestBuildStats(t *testing.T) {
 	if s.Guilds != s.Shards[0].Guilds+s.Shards[1].Guilds {
 		t.Errorf("guilds %d is not the sum of the shards'", s.Guilds)
 	}
+	if s.Users != simUsers(4)+simUsers(5) || s.Users < 40*s.Guilds || s.Users >= 60*s.Guilds {
+		t.Errorf("users %d: want the connected shards' %d, 40..59 a guild", s.Users, simUsers(4)+simUsers(5))
+	}
+	if s.PingMS != (s.Shards[0].PingMS+s.Shards[1].PingMS)/2 {
+		t.Errorf("ping_ms %d is not the connected shards' mean", s.PingMS)
+	}
+	if n := buildStats(env, simState{}, 0, 0); n.PingMS != 0 || n.Users != 0 {
+		t.Errorf("no shard connected: ping_ms %d, users %d, want both 0 (ping_ms left out)", n.PingMS, n.Users)
+	}
 	if s.UptimeMS != 2500 || s.MemoryBytes != 1234 || !s.Active || s.EventsBuffered != 1 || s.EventsDispatched != 10 ||
 		s.EventsDropped != 2 || s.RequestsHandled != 5 || s.RequestsInFlight != 1 || s.Identifies != 1 || s.Resumes != 1 {
 		t.Errorf("stats %+v", s)
@@ -48,7 +57,7 @@ func TestBuildStats(t *testing.T) {
 	b, _ := json.Marshal(s)
 	var keys map[string]json.RawMessage
 	json.Unmarshal(b, &keys)
-	for _, k := range []string{"shards", "guilds", "memory_bytes", "uptime_ms", "events_buffered", "events_dispatched", "active", "requests_handled", "identifies", "resumes"} {
+	for _, k := range []string{"shards", "guilds", "users", "ping_ms", "memory_bytes", "uptime_ms", "events_buffered", "events_dispatched", "active", "requests_handled", "identifies", "resumes"} {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("stats JSON lacks %q: %s", k, b)
 		}

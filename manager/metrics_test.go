@@ -62,6 +62,25 @@ func TestMetricsMove(t *testing.T) {
 	if !strings.Contains(strings.Join(keys(after), " "), "sm_cluster_heartbeat_age_seconds{cluster=3}") {
 		t.Error("no heartbeat age for cluster 3")
 	}
+
+	// STATUS's counters are the same instruments: they agree with the scrape.
+	cn := e.MustStatus().Counters
+	if cn == nil || cn.Since.IsZero() {
+		t.Fatalf("STATUS counters %+v", cn)
+	}
+	for name, pair := range map[string][2]float64{
+		"requests_forwarded": {float64(cn.RequestsForwarded), after["sm_requests_forwarded_total"]},
+		"requests_failed":    {float64(cn.RequestsFailedByCode[ipc.CodeUnknownTarget]), after["sm_requests_failed_total{code="+ipc.CodeUnknownTarget+"}"]},
+		"restarts":           {float64(cn.Restarts), after["sm_cluster_restarts_total"]},
+		"identifies_granted": {float64(cn.IdentifiesGranted), after["sm_identify_granted_total"]},
+	} {
+		if pair[0] != pair[1] || pair[0] == 0 {
+			t.Errorf("counters.%s = %v, the scrape says %v (both must be above 0 here)", name, pair[0], pair[1])
+		}
+	}
+	if cn.RequestsFailed != 1 || cn.Deploys != 0 || len(cn.DeploysByState) != 0 {
+		t.Errorf("counters %+v: want 1 failure and no deploy", cn)
+	}
 }
 
 func keys(m map[string]float64) []string {

@@ -31,6 +31,8 @@ type Status struct {
 	Hosts []HostStatus `json:"hosts,omitempty"`
 	// Reshard is the [reshard] schedule, when it is on (docs/deploys.md).
 	Reshard *ReshardStatus `json:"reshard,omitempty"`
+	// Counters are the fleet's totals since the manager started.
+	Counters *Counters `json:"counters,omitempty"`
 }
 
 // withoutHeartbeats is st with no cluster's heartbeat payload.
@@ -127,6 +129,7 @@ func (m *Manager) snapshot(now time.Time) Status {
 		st.Deploy = &ds
 	}
 	st.Discord = m.discordStatus(now)
+	st.Counters = m.counters()
 	for i, s := range table.slots {
 		st.Clusters[i] = m.clusterStatus(table, s, now)
 	}

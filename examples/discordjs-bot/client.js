@@ -29,6 +29,14 @@ client.on(Events.MessageCreate, async (message) => {
   answered.add(message.id);
   await message.channel.send('pong');
 });
-sm.setStats(() => ({ guilds: client.guilds.cache.size, ping: client.ws.ping }));
+// The heartbeat fields sm reads (docs/protocol.md#heartbeat-payload-fields):
+// summed by sm-api's GET /v1/stats, charted by the status page.
+sm.setStats(() => ({
+  guilds: client.guilds.cache.size,
+  users: client.guilds.cache.reduce((n, g) => n + (g.memberCount || 0), 0),
+  ping_ms: client.ws.ping >= 0 ? client.ws.ping : undefined, // -1 until a heartbeat is acknowledged
+  memory_bytes: process.memoryUsage().rss,
+  heap_bytes: process.memoryUsage().heapUsed,
+}));
 
 await client.login(process.env.DISCORD_TOKEN);

@@ -127,6 +127,7 @@
       c.lastBeat = now - info.heartbeat_age_ms;
       if (info.heartbeat !== undefined) {
         c.beat = { pid: info.pid, gen: info.generation, payload: info.heartbeat, at: c.lastBeat };
+        recordSample(info.id, info.heartbeat, c.lastBeat);
       }
     }
     if (isNum(info.restart_in_ms) && info.restart_in_ms > 0) c.restartAt = now + info.restart_in_ms;
@@ -189,6 +190,7 @@
       }
       c.beat = b;
       c.lastBeat = now;
+      recordSample(c.id, ev.payload, now);
     } else {
       c.peers.set(ev.pid, b);
     }
@@ -370,7 +372,9 @@
 
     v.peers = h('div', 'peers');
 
-    v.card.append(head, row, meta, v.stats, flags, v.note, v.peers);
+    v.charts = buildCharts();
+
+    v.card.append(head, row, meta, v.stats, v.charts.box, flags, v.note, v.peers);
     return v;
   }
 
@@ -444,6 +448,7 @@
     setText(v.waiting, info.waiting + ' queued');
 
     renderPeers(c, now);
+    renderCharts(c, now);
     tickCard(c, now);
   }
 
@@ -551,6 +556,116 @@
     document.title = mark + ' ' + ready + '/' + clusters + ' ready · sm status';
   }
 
+  // ----------------------------------------------------------------- charts
+
+  // Per cluster, the last CHART_WINDOW_MS of two figures its routed process
+  // reports in its heartbeats (statsOf): memory and the gateway heartbeat
+  // latency (ping). Samples are kept here, in the page, from the heartbeat
+  // events as they arrive, at most one per CHART_STEP_MS and CHART_POINTS in
+  // all, so the history is bounded whatever the heartbeat rate. They outlive
+  // a reconnect (keyed by cluster id), not a reload; a snapshot's last
+  // heartbeat of each cluster is the first sample. Drawn as inline SVG
+  // polylines: no library, nothing fetched.
+  const CHART_WINDOW_MS = 5 * 60 * 1000;
+  const CHART_STEP_MS = 1000;
+  const CHART_POINTS = CHART_WINDOW_MS / CHART_STEP_MS;
+  const CHART_MIN_SPAN_MS = 10 * CHART_STEP_MS; // a young series fills the chart from its first sample
+  const CHART_W = 120, CHART_H = 28;
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  const CHARTS = [
+    { key: 'memory', label: 'mem', fmt: fmtBytes },
+    { key: 'ping', label: 'ping', fmt: function (v) { return Math.round(v) + ' ms'; } },
+  ];
+  const samples = new Map(); // cluster id → [{t, memory, ping}], oldest first
+
+  function recordSample(id, payload, now) {
+    const st = statsOf(payload);
+    if (st.memory === undefined && isObj(payload) && isNum(payload.heap_bytes)) st.memory = payload.heap_bytes;
+    if (st.memory === undefined && st.ping === undefined) return;
+    let list = samples.get(id);
+    if (!list) { list = []; samples.set(id, list); }
+    const s = { t: now, step: Math.floor(now / CHART_STEP_MS), memory: st.memory, ping: st.ping };
+    const last = list[list.length - 1];
+    if (last && now < last.t) return; // a snapshot's last heartbeat, older than what we drew
+    if (last && last.step === s.step) {
+      list[list.length - 1] = s; // the same step: its newest value stands for it
+    } else {
+      list.push(s);
+    }
+    while (list.length > CHART_POINTS || (list.length && now - list[0].t > CHART_WINDOW_MS)) list.shift();
+  }
+
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  function buildCharts() {
+    const box = h('div', 'charts');
+    const items = CHARTS.map(function (def) {
+      const wrap = h('div', 'chart');
+      wrap.dataset.metric = def.key;
+      const label = h('span', 'chart-label', def.label);
+      const value = h('span', 'chart-value');
+      const pic = svg('svg', { viewBox: '0 0 ' + CHART_W + ' ' + CHART_H, preserveAspectRatio: 'none', class: 'spark' });
+      const area = svg('polygon', { class: 'spark-area', points: '' });
+      const line = svg('polyline', { class: 'spark-line', points: '' });
+      pic.append(area, line);
+      wrap.append(label, pic, value);
+      return { def: def, wrap: wrap, value: value, line: line, area: area, pic: pic };
+    });
+    for (const it of items) box.append(it.wrap);
+    box.hidden = true;
+    return { box: box, items: items };
+  }
+
+  // renderCharts draws cluster c's samples, the newest at the right edge and
+  // the oldest (at most CHART_WINDOW_MS back) at the left. Each chart is
+  // scaled to its own range, but never to less than a tenth of its top, so
+  // that noise does not look like a swing.
+  function renderCharts(c, now) {
+    const v = c.view && c.view.charts;
+    if (!v) return;
+    const list = samples.get(c.id) || [];
+    // At most one drawing a step per card unless a step began: a cluster
+    // heartbeating ten times a second costs one polyline a second, not ten.
+    const newest = list.length ? list[list.length - 1].step : -1;
+    if (v.drawnStep === newest && now - v.drawnAt < CHART_STEP_MS) return;
+    v.drawnStep = newest;
+    v.drawnAt = now;
+    let any = false;
+    for (const it of v.items) {
+      const key = it.def.key;
+      const pts = list.filter(function (s) { return isNum(s[key]); });
+      it.wrap.dataset.points = String(pts.length);
+      it.wrap.hidden = pts.length === 0;
+      if (!pts.length) continue;
+      any = true;
+      let lo = Infinity, hi = -Infinity;
+      for (const s of pts) { lo = Math.min(lo, s[key]); hi = Math.max(hi, s[key]); }
+      const span = Math.max(hi - lo, Math.abs(hi) / 10) || 1;
+      const width = Math.min(CHART_WINDOW_MS, Math.max(CHART_MIN_SPAN_MS, now - pts[0].t));
+      const start = now - width;
+      const xy = pts.map(function (s) {
+        const x = Math.max(0, (s.t - start) / width * CHART_W);
+        const y = CHART_H - 1 - (s[key] - lo) / span * (CHART_H - 2);
+        return x.toFixed(1) + ',' + y.toFixed(1);
+      });
+      if (xy.length === 1) xy.unshift('0,' + xy[0].split(',')[1]); // one sample: a flat line
+      const line = xy.join(' ');
+      it.line.setAttribute('points', line);
+      it.area.setAttribute('points', xy[0].split(',')[0] + ',' + CHART_H + ' ' + line + ' ' +
+        xy[xy.length - 1].split(',')[0] + ',' + CHART_H);
+      const last = pts[pts.length - 1][key];
+      it.wrap.dataset.last = String(last);
+      setText(it.value, it.def.fmt(last));
+      it.wrap.title = it.def.label + ', last ' + Math.round((now - pts[0].t) / 1000) + 's: ' +
+        it.def.fmt(pts.reduce(function (a, s) { return Math.min(a, s[key]); }, Infinity)) + ' – ' + it.def.fmt(hi);
+    }
+    v.box.hidden = !any;
+  }
+
   // ----------------------------------------------------------------- deploy
 
   function stepsDone(cs) {
@@ -596,7 +711,12 @@
     fill.style.width = pct + '%';
     bar.append(fill);
     bar.title = pct + '%';
+    bar.setAttribute('role', 'progressbar');
+    bar.setAttribute('aria-valuemin', '0');
+    bar.setAttribute('aria-valuemax', '100');
+    bar.setAttribute('aria-valuenow', String(pct));
     box.dataset.progress = String(pct);
+    head.append(h('span', 'dep-pct', pct + '%'));
 
     const parts = [head, bar];
     if (d.reason) parts.push(h('div', 'dep-reason', d.reason));
