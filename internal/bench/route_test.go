@@ -45,8 +45,11 @@ func TestRouteScenario(t *testing.T) {
 			if routed && (c.ThroughputRatio <= 0 || c.ManagerRSSKiB <= 0 || c.CPUUSPerReq["manager"] <= 0) {
 				t.Errorf("%s %d: no ratio, manager RSS or CPU: %s", c.Path, c.InFlight, line)
 			}
-			if cluster := map[bool]string{true: "echo", false: "harness"}[strings.HasPrefix(c.Path, "echo")]; c.CPUUSPerReq[cluster] <= 0 || c.CPUUSPerReq["bench"] <= 0 {
-				t.Errorf("%s %d: no CPU for the bench or the %s: %s", c.Path, c.InFlight, cluster, line)
+			// CPU is read in the kernel's 10 ms ticks: a short window on a
+			// loaded machine can hold none of a light process's, so only a
+			// window long enough to hold several must show some.
+			if cluster := map[bool]string{true: "echo", false: "harness"}[strings.HasPrefix(c.Path, "echo")]; (c.CPUUSPerReq[cluster] <= 0 || c.CPUUSPerReq["bench"] <= 0) && c.WindowS >= 1 {
+				t.Errorf("%s %d: no CPU for the bench or the %s over %.2f s: %s", c.Path, c.InFlight, cluster, c.WindowS, line)
 			}
 		case pathRest:
 			rest++
