@@ -47,6 +47,11 @@ type Plan struct {
 	MaxParallel    int
 	ReadyTimeout   time.Duration // from spawn to ready
 	QuiesceTimeout time.Duration // from QUIESCE to the old process's exit, before it is killed
+	// Recycle replaces the listed clusters' processes by fresh ones of the
+	// generation they run, Gen, by the same four steps: the manager's
+	// memory and lag recycling (package recycle). The topology must not
+	// change and Clusters must name the clusters.
+	Recycle bool
 }
 
 // ErrInvalidPlan is wrapped by NewDeploy's errors.
@@ -64,8 +69,18 @@ func (p *Plan) validate() error {
 	if p.Current == nil || p.Current.Topology != p.From {
 		return fmt.Errorf("the current routing table is not for %v", p.From)
 	}
+	if p.Recycle {
+		if p.reclustering() || len(p.Clusters) == 0 {
+			return fmt.Errorf("a recycle keeps the topology and names its clusters")
+		}
+		for _, c := range p.Clusters {
+			if old, ok := p.Current.Routed(c); ok && old.Generation != p.Gen {
+				return fmt.Errorf("cluster %d runs generation %d, not %d: a recycle keeps the generation", c, old.Generation, p.Gen)
+			}
+		}
+	}
 	for c := range p.From.Clusters() {
-		if old, ok := p.Current.Routed(c); ok && old.Generation >= p.Gen {
+		if old, ok := p.Current.Routed(c); ok && old.Generation >= p.Gen && !p.Recycle {
 			return fmt.Errorf("cluster %d already runs generation %d, not older than %d", c, old.Generation, p.Gen)
 		}
 	}

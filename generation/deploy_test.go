@@ -535,6 +535,25 @@ func TestRollingChosenClusters(t *testing.T) {
 	h.end(StateSucceeded, "", actv, actv)
 }
 
+// A recycle is a rolling deploy of the listed clusters at the generation they
+// already run: a fresh process of 1@5 replaces the old one by the four steps.
+func TestRecycle(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1, 1)
+	p.Gen, p.Recycle = oldGen, true
+	h := start(t, f, p, "spawn 1@5")
+	if h.d.Owns(0) || !h.d.Owns(1) {
+		t.Fatal("a recycle of cluster 1 owns the wrong clusters")
+	}
+	h.ready(1, "route 1=1@5", "quiesce 1@5")
+	h.quiesced(1)
+	h.exitOld(1, "activate 1@5", "release 1")
+	st := h.end(StateSucceeded, "", actv)
+	if st.Clusters[0].New.Seq == st.Clusters[0].Old.Seq {
+		t.Fatalf("recycled into the same process: %+v", st.Clusters[0])
+	}
+}
+
 func TestRollingNotReadyInTime(t *testing.T) {
 	f := newFake(t4x2)
 	h := start(t, f, plan(t4x2, t4x2, f, 1), "spawn 0@6")
@@ -940,6 +959,9 @@ func TestNewDeployValidates(t *testing.T) {
 		{"negative cluster", func(p *Plan) { p.Clusters = []int{-1} }, "cluster -1 is not"},
 		{"duplicate cluster", func(p *Plan) { p.Clusters = []int{2, 1, 2} }, "listed twice"},
 		{"clusters while re-clustering", func(p *Plan) { p.To = topo(8, 4); p.Clusters = []int{1} }, "moves every cluster"},
+		{"recycle of no cluster", func(p *Plan) { p.Gen, p.Recycle = oldGen, true }, "names its clusters"},
+		{"recycle to another generation", func(p *Plan) { p.Recycle, p.Clusters = true, []int{1} }, "keeps the generation"},
+		{"recycle re-clustering", func(p *Plan) { p.Gen, p.Recycle, p.To, p.Clusters = oldGen, true, topo(8, 4), []int{1} }, "keeps the topology"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
