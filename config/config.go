@@ -386,7 +386,7 @@ func Default() Config {
 			MaxParallel: 1,
 			Cooldown:    Duration{10 * time.Minute},
 		},
-		State:  State{AdoptWindow: Duration{10 * time.Second}},
+		State: State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
 			APIBaseURL:      "https://discord.com/api/v10",
 			IdentifySpacing: Duration{discord.DefaultSpacing}, // Discord's 5s + a 500ms margin
