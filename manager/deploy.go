@@ -101,6 +101,9 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	if m.dep != nil && !m.dep.Done() {
 		return registerResult{err: ipc.Errorf(ipc.CodeDeployInProgress, "deploy %s is still running", m.dep.Status().ID)}
 	}
+	if c, ok := m.recycleRunning(); ok {
+		return registerResult{err: ipc.Errorf(ipc.CodeDeployInProgress, "cluster %d is being recycled; retry once it is done (docs/deploys.md#recycling)", c)}
+	}
 	sp, err := specOf(cfg)
 	if err != nil {
 		return registerResult{err: ipc.Errorf(ipc.CodeBadConfig, "%v", err)}
@@ -161,7 +164,7 @@ func (m *Manager) deployProgress() {
 	// re-clustering that rolled back never touched) is supervised again.
 	now := time.Now()
 	for _, s := range m.table().slots {
-		if s.sup.Owned() && !m.dep.Owns(s.id) {
+		if s.sup.Owned() && !m.owned(s.id) {
 			m.do(s, s.sup.Release(now))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -93,10 +94,7 @@ func (m *Manager) exited(p *proc) {
 	}
 	status := p.process.ExitStatus()
 	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", expected)
-	if m.dep != nil {
-		m.dep.Exited(p.ref())
-		m.depFed = true
-	}
+	m.deploys(func(d *generation.Deploy) { d.Exited(p.ref()) })
 	s := p.slot
 	m.do(s, s.sup.Exited(time.Now(), p, status))
 	m.fenceDone(s)

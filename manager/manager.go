@@ -102,7 +102,8 @@ type Manager struct {
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
 	disc             discordState
-	handoff          handoffs // QUIESCED handoffs for the next ACTIVATE (handoff.go)
+	handoff          handoffs  // QUIESCED handoffs for the next ACTIVATE (handoff.go)
+	rec              recycling // memory and lag recycling (recycle.go)
 	feedDiscordDirty bool
 	discLast         []byte
 	fetchGateway     func(ctx context.Context) (discord.GatewayBot, error)
@@ -142,6 +143,7 @@ func New(opts Options) (*Manager, error) {
 		specs:   map[int64]spec{1: sp},
 		gen:     1,
 		handoff: newHandoffs(),
+		rec:     newRecycling(cfg.Recycle),
 		spawner: opts.Spawner,
 		log:     opts.Logger,
 		rules: supervise.Rules{
@@ -316,14 +318,17 @@ func (m *Manager) loop(ctx context.Context) {
 		case now := <-tick.C:
 			m.drainBeats()
 			m.checkHeartbeats(now)
-			if m.dep != nil && !m.dep.Done() {
-				m.dep.Tick()
-				m.depFed = true
-			}
+			m.deploys(func(d *generation.Deploy) {
+				if !d.Done() {
+					d.Tick()
+				}
+			})
+			m.recycleTick(now)
 		case <-ctx.Done():
 			return
 		}
 		m.deployProgress()
+		m.recycleProgress()
 		m.flushFeed()
 		m.maybeSaveState(time.Now())
 	}

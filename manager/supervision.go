@@ -155,10 +155,7 @@ func (m *Manager) do(s *slot, acts []supervise.Action[*proc]) {
 		case supervise.ActReady:
 			m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
 				"after", time.Since(p.view().Spawned).Round(time.Millisecond))
-			if m.dep != nil {
-				m.dep.Ready(p.ref())
-				m.depFed = true
-			}
+			m.deploys(func(d *generation.Deploy) { d.Ready(p.ref()) })
 		case supervise.ActRecovered:
 			m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
 		case supervise.ActChanged:

@@ -222,7 +222,11 @@ func (p *Policy) breach(rec *record, now time.Time) (Reason, time.Duration, bool
 }
 
 func (p *Policy) detail(r Reason, v int64, over time.Duration) string {
-	over = over.Round(time.Second)
+	if over < time.Minute {
+		over = over.Round(100 * time.Millisecond)
+	} else {
+		over = over.Round(time.Second)
+	}
 	if r == Lag {
 		return fmt.Sprintf("lag %v over %v for %v", time.Duration(v).Round(time.Millisecond), p.limits.MaxLag, over)
 	}
