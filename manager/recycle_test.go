@@ -252,3 +252,28 @@ func counterValue(t *testing.T, e *env, name, label, value string) float64 {
 	}
 	return 0
 }
+
+// The lag a bot reports in its heartbeat (loop_lag_ms) recycles it too.
+func TestRecycleLag(t *testing.T) {
+	cfg := recycleConfig(t, 0)
+	cfg.Recycle.MaxLag = durationOf(200 * time.Millisecond)
+	e := start(t, cfg)
+	before := e.WaitReady()
+	l := startLoad(t, e, 4, clusterTarget(4))
+	c := e.client("lag")
+	if _, err := request(t, c, "sim.lag", "0", map[string]int{"ms": 450}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var cs manager.ClusterStatus
+	testenv.WaitFor(t, 20*time.Second, "cluster 0 recycled", func() bool {
+		cs = e.MustStatus().Clusters[0]
+		return recycleOf(cs).State == "succeeded" && cs.State == "ready"
+	})
+	l.finish(t)
+	if r := recycleOf(cs); r.Reason != "lag" || !strings.Contains(r.Detail, "lag 450ms over 200ms") || cs.PID == before.Clusters[0].PID {
+		t.Fatalf("recycle %+v, pid %d (was %d)", r, cs.PID, before.Clusters[0].PID)
+	}
+	if got := counterValue(t, e, "sm_recycles_total", "reason", "lag"); got != 1 {
+		t.Errorf("sm_recycles_total{reason=lag} = %v", got)
+	}
+}
