@@ -35,14 +35,14 @@ const (
 
 // Status is a snapshot of a deploy for the status feed and sm-api.
 type Status struct {
-	ID         string          `json:"id"`
-	Generation int64           `json:"generation"`
-	From       Topology        `json:"from"`
-	To         Topology        `json:"to"`
-	State      State           `json:"state"`
-	Reason     string          `json:"reason,omitempty"`
-	Started    time.Time       `json:"started,omitzero"`
-	Finished   time.Time       `json:"finished,omitzero"`
+	ID         string    `json:"id"`
+	Generation int64     `json:"generation"`
+	From       Topology  `json:"from"`
+	To         Topology  `json:"to"`
+	State      State     `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	Started    time.Time `json:"started,omitzero"`
+	Finished   time.Time `json:"finished,omitzero"`
 	// Mode is "resume" for a resume-handoff deploy (Plan.Resume), absent for
 	// the default overlap.
 	Mode     string          `json:"mode,omitempty"`
