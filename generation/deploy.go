@@ -631,6 +631,9 @@ func (d *Deploy) Owns(c int) bool {
 	return false
 }
 
+// Resume reports whether this is a resume-handoff deploy (Plan.Resume).
+func (d *Deploy) Resume() bool { return d.plan.Resume }
+
 // Done reports whether the deploy has finished: every cluster released and
 // every process it stopped confirmed gone.
 func (d *Deploy) Done() bool { return d.done }

@@ -27,6 +27,11 @@ func (m *Manager) disconnected(p *proc, c *conn) {
 	m.failProcPending(p)
 	m.cancelIdentifies(p)
 	m.handoffDrained(p) // its last frames are read: an ACTIVATE may go out
+	if _, ok := m.exitHeld[p]; ok {
+		delete(m.exitHeld, p)
+		m.dep.Exited(p.ref())
+		m.depFed = true
+	}
 }
 
 // stop ends p, as its supervision decided: what it said last is taken while
@@ -94,7 +99,18 @@ func (m *Manager) exited(p *proc) {
 	}
 	status := p.process.ExitStatus()
 	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", expected)
-	m.deploys(func(d *generation.Deploy) { d.Exited(p.ref()) })
+	if m.dep != nil && m.dep.Resume() && !m.dep.Done() && p.conn.Load() != nil {
+		// A resume-handoff deploy spawns the successor at this exit, and the
+		// successor's REGISTER gets the sessions' resume state: the deploy
+		// hears of it once p's connection is read to its end, its QUIESCED's
+		// resume state taken (at most exitDrainWait later; disconnected).
+		m.exitHeld[p] = struct{}{}
+		for _, run := range m.rec.runs {
+			run.d.Exited(p.ref())
+		}
+	} else {
+		m.deploys(func(d *generation.Deploy) { d.Exited(p.ref()) })
+	}
 	s := p.slot
 	m.do(s, s.sup.Exited(time.Now(), p, status))
 	m.fenceDone(s)

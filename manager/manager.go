@@ -98,6 +98,9 @@ type Manager struct {
 	dep       *generation.Deploy // the running or last deploy
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
+	// exitHeld: exits a resume-handoff deploy hears of once the process's
+	// connection is read to its end (exit.go).
+	exitHeld map[*proc]struct{}
 
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
@@ -170,13 +173,14 @@ func New(opts Options) (*Manager, error) {
 			MaxQueueBytes: cfg.Limits.MaxQueueBytes,
 			WriteTimeout:  cfg.Limits.WriteTimeout.Duration,
 		},
-		uids:    allowedUIDs(cfg.AllowedUIDs),
-		events:  make(chan event, 1024),
-		done:    make(chan struct{}),
-		pending: make(map[uint64]*pending),
-		conns:   make(map[*conn]struct{}),
-		procs:   make(map[uint64]*proc),
-		feed:    hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
+		uids:     allowedUIDs(cfg.AllowedUIDs),
+		events:   make(chan event, 1024),
+		done:     make(chan struct{}),
+		pending:  make(map[uint64]*pending),
+		conns:    make(map[*conn]struct{}),
+		procs:    make(map[uint64]*proc),
+		exitHeld: map[*proc]struct{}{},
+		feed:     hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
 	}
 	if m.spawner == nil {
 		m.spawner = supervise.ExecSpawner{}

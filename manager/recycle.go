@@ -208,7 +208,7 @@ func (m *Manager) startRecycle(v recycle.Verdict, now time.Time) {
 		ReadyTimeout:   m.cfg.Deploy.ReadyTimeout.Duration,
 		QuiesceTimeout: m.cfg.Deploy.QuiesceTimeout.Duration,
 	}
-	d, err := generation.NewDeploy(plan, time.Now, actuator{m})
+	d, err := generation.NewDeploy(plan, time.Now, actuator{m: m})
 	if err != nil {
 		m.log.Error("recycle not started", "cluster", v.Cluster, "err", err)
 		return
