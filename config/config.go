@@ -182,6 +182,10 @@ type Recycle struct {
 	Interval    Duration `toml:"interval"`
 	MaxParallel int      `toml:"max_parallel"`
 	Cooldown    Duration `toml:"cooldown"`
+	// Mode is how the fresh process takes over: "overlap" (beside the old
+	// one, zero gap, its shards identify) or "resume" (after the old one,
+	// resuming its sessions: no identify, a short gap), as DEPLOY's mode.
+	Mode string `toml:"mode"`
 }
 
 // Status is the [status] table: the public, read-only status page and WebSocket.
@@ -385,6 +389,7 @@ func Default() Config {
 			Interval:    Duration{10 * time.Second},
 			MaxParallel: 1,
 			Cooldown:    Duration{10 * time.Minute},
+			Mode:        "overlap",
 		},
 		State: State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
@@ -644,6 +649,9 @@ func (r Recycle) validate(bad func(key, format string, args ...any), mesh bool) 
 	}
 	if r.Cooldown.Duration < 0 {
 		bad("recycle.cooldown", "must not be negative, got %v", r.Cooldown.Duration)
+	}
+	if r.Mode != "overlap" && r.Mode != "resume" {
+		bad("recycle.mode", "must be \"overlap\" or \"resume\", got %q", r.Mode)
 	}
 	switch {
 	case !r.Enabled:

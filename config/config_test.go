@@ -296,6 +296,7 @@ func TestValidationNamesKey(t *testing.T) {
 		{"recycle.interval", "[recycle]\ninterval = \"0s\""},
 		{"recycle.max_parallel", "[recycle]\nmax_parallel = 0"},
 		{"recycle.cooldown", "[recycle]\ncooldown = \"-1s\""},
+		{"recycle.mode", "[recycle]\nmode = \"sideways\""},
 		{"recycle.enabled", "[recycle]\nenabled = true"},
 		{"recycle.enabled", "[recycle]\nenabled = true\nmax_rss = 1\n[mesh]\nnats_url = \"nats://x:4222\"\nhost_id = \"a\""},
 	}

@@ -100,7 +100,7 @@ type Manager struct {
 	next      *routeTable        // the table a re-clustering deploy is building
 	// exitHeld: exits a resume-handoff deploy hears of once the process's
 	// connection is read to its end (exit.go).
-	exitHeld map[*proc]struct{}
+	exitHeld map[*proc][]*generation.Deploy
 
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
@@ -179,7 +179,7 @@ func New(opts Options) (*Manager, error) {
 		pending:  make(map[uint64]*pending),
 		conns:    make(map[*conn]struct{}),
 		procs:    make(map[uint64]*proc),
-		exitHeld: map[*proc]struct{}{},
+		exitHeld: map[*proc][]*generation.Deploy{},
 		feed:     hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
 	}
 	if m.spawner == nil {

@@ -27,6 +27,7 @@ import (
 // All of it is loop-owned.
 type recycling struct {
 	on      bool
+	resume  bool // recycle.mode = "resume"
 	policy  *recycle.Policy
 	every   time.Duration
 	nextAt  time.Time // when the next sampling is due
@@ -71,7 +72,7 @@ type RecycleStatus struct {
 // newRecycling is the [recycle] table's machinery, off unless enabled.
 func newRecycling(c config.Recycle) recycling {
 	r := recycling{
-		on: c.Enabled, every: c.Interval.Duration,
+		on: c.Enabled, resume: c.Mode == "resume", every: c.Interval.Duration,
 		runs: map[int]*recycleRun{}, status: map[*slot]*RecycleStatus{}, heldLog: map[int]string{},
 	}
 	r.policy = recycle.New(recycle.Limits{
@@ -125,11 +126,15 @@ func (m *Manager) recycleSampled(samples []recycle.Sample) {
 		}
 	}
 	now := time.Now()
-	verdicts := r.policy.Decide(now, recycle.Gate{
+	gate := recycle.Gate{
 		Deploying: m.dep != nil && !m.dep.Done(),
 		Serving:   m.recycleServing,
 		Budget:    m.recycleBudget,
-	})
+	}
+	if r.resume {
+		gate.Budget = nil // resuming spends no session start
+	}
+	verdicts := r.policy.Decide(now, gate)
 	held := map[int]bool{}
 	for _, v := range verdicts {
 		if v.Start {
@@ -207,8 +212,9 @@ func (m *Manager) startRecycle(v recycle.Verdict, now time.Time) {
 		Clusters: []int{v.Cluster}, MaxParallel: 1, Recycle: true,
 		ReadyTimeout:   m.cfg.Deploy.ReadyTimeout.Duration,
 		QuiesceTimeout: m.cfg.Deploy.QuiesceTimeout.Duration,
+		Resume:         r.resume,
 	}
-	d, err := generation.NewDeploy(plan, time.Now, actuator{m: m})
+	d, err := generation.NewDeploy(plan, time.Now, actuator{m: m, resume: r.resume})
 	if err != nil {
 		m.log.Error("recycle not started", "cluster", v.Cluster, "err", err)
 		return

@@ -25,7 +25,7 @@ func recycleConfig(t *testing.T, maxRSS int64) *config.Config {
 	cfg.Recycle = config.Recycle{
 		Enabled: true, MaxRSS: maxRSS,
 		Sustain: durationOf(300 * time.Millisecond), Interval: durationOf(50 * time.Millisecond),
-		MaxParallel: 1, Cooldown: durationOf(time.Minute),
+		MaxParallel: 1, Cooldown: durationOf(time.Minute), Mode: "overlap",
 	}
 	return cfg
 }
@@ -275,5 +275,40 @@ func TestRecycleLag(t *testing.T) {
 	}
 	if got := counterValue(t, e, "sm_recycles_total", "reason", "lag"); got != 1 {
 		t.Errorf("sm_recycles_total{reason=lag} = %v", got)
+	}
+}
+
+// recycle.mode = "resume": the fresh process starts once the old one is gone
+// and RESUMEs its sessions, so the budget that holds an overlapping recycle
+// (one start above the floor, TestRecycleHeldByBudget) is neither asked nor
+// spent; requests wait out the gap and none fails.
+func TestRecycleResume(t *testing.T) {
+	cfg := recycleConfig(t, 96*mib)
+	cfg.Recycle.Mode = "resume"
+	cfg.Discord.BudgetFloor = 100
+	gw := &discord.GatewayBot{Shards: 8, Fetched: time.Now(), SessionStartLimit: discord.SessionStartLimit{
+		Total: 1000, Remaining: 109, ResetAfter: time.Hour, MaxConcurrency: 1,
+	}}
+	e := startWith(t, cfg, manager.Options{Gateway: gw})
+	before := e.WaitReady()
+	l := startLoad(t, e, 8, clusterTarget(4))
+	e.grow("2", 128*mib)
+	var cs manager.ClusterStatus
+	testenv.WaitFor(t, 20*time.Second, "cluster 2 recycled", func() bool {
+		cs = e.MustStatus().Clusters[2]
+		return recycleOf(cs).State == "succeeded" && cs.State == "ready" && cs.Activated
+	})
+	time.Sleep(100 * time.Millisecond)
+	l.finish(t)
+	r := recycleOf(cs)
+	if r.Reason != "rss" || cs.PID == before.Clusters[2].PID || alive(before.Clusters[2].PID) || cs.Generation != 1 {
+		t.Fatalf("recycle %+v, cluster %+v", r, cs)
+	}
+	t.Logf("resume recycle: %v from start to finish", r.Finished.Sub(r.Started))
+	if s := e.simStats("2"); s.Identifies != 0 || s.Resumes != 2 {
+		t.Errorf("the fresh process: %d identifies, %d resumes; want 0 and 2", s.Identifies, s.Resumes)
+	}
+	if b := e.MustStatus().Discord.Budget; b.Remaining != 101 {
+		t.Errorf("budget %+v: a resume spends nothing", b)
 	}
 }
