@@ -237,6 +237,15 @@ func (m *Manager) startRecycle(v recycle.Verdict, now time.Time) {
 func (m *Manager) recycleProgress() {
 	r := &m.rec
 	for c, run := range r.runs {
+		if run.st.NewPID == 0 {
+			// Known from the spawn on: STATUS shows it while the recycle runs,
+			// and after it even if the fresh process died.
+			if ds := run.d.Status(); len(ds.Clusters) == 1 && ds.Clusters[0].New != nil {
+				if np := m.procs[ds.Clusters[0].New.Seq]; np != nil {
+					run.st.NewPID = np.pid()
+				}
+			}
+		}
 		if !run.d.Done() {
 			continue
 		}
@@ -245,11 +254,6 @@ func (m *Manager) recycleProgress() {
 		now := time.Now()
 		st := run.st
 		st.Recycling, st.State, st.Finished = false, string(ds.State), ds.Finished
-		if len(ds.Clusters) == 1 && ds.Clusters[0].New != nil {
-			if np := m.procs[ds.Clusters[0].New.Seq]; np != nil {
-				st.NewPID = np.pid()
-			}
-		}
 		if ds.State != generation.StateSucceeded {
 			st.Detail = st.Detail + "; " + ds.Reason
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -310,5 +312,40 @@ func TestRecycleResume(t *testing.T) {
 	}
 	if b := e.MustStatus().Discord.Budget; b.Remaining != 101 {
 		t.Errorf("budget %+v: a resume spends nothing", b)
+	}
+}
+
+// A fresh process that never gets ready fails the recycle: it is stopped,
+// the old process, never unrouted, keeps serving every request, and the
+// cooldown holds the next try.
+func TestRecycleFailsOldKeepsServing(t *testing.T) {
+	cfg := recycleConfig(t, 96*mib)
+	cfg.Deploy.ReadyTimeout = durationOf(time.Second)
+	marker := filepath.Join(t.TempDir(), "fail-ready")
+	// Cluster 1's processes started once the marker exists never get ready.
+	runFirst(t, cfg, 1, "if [ -e '"+marker+"' ]; then exec '"+testenv.Bin("cluster-harness")+"' \"$@\" --fail-ready; fi")
+	e := start(t, cfg)
+	before := e.WaitReady()
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := startLoad(t, e, 4, clusterTarget(4))
+	e.grow("1", 128*mib)
+	var r manager.RecycleStatus
+	testenv.WaitFor(t, 20*time.Second, "cluster 1's recycle failed", func() bool {
+		r = recycleOf(e.MustStatus().Clusters[1])
+		return r.State == "failed"
+	})
+	time.Sleep(300 * time.Millisecond) // sampling rounds after the failure
+	l.finish(t)
+	cs := e.MustStatus().Clusters[1]
+	if cs.PID != before.Clusters[1].PID || !cs.Routed || !strings.Contains(r.Detail, "not ready within") {
+		t.Fatalf("after a failed recycle: %+v, recycle %+v", cs, r)
+	}
+	if rs := recycleOf(cs); !strings.Contains(rs.Held, "cooldown") {
+		t.Errorf("no cooldown after the failure: %+v", rs)
+	}
+	if r.NewPID == 0 || r.NewPID == before.Clusters[1].PID || alive(r.NewPID) {
+		t.Errorf("the failed fresh process %d is still alive", r.NewPID)
 	}
 }
