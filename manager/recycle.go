@@ -121,7 +121,8 @@ func (m *Manager) recycleSampled(samples []recycle.Sample) {
 	}
 	table := m.table()
 	for _, s := range samples {
-		if p := table.procs[s.Cluster]; s.Cluster < len(table.procs) && p != nil && p.seq == s.Proc {
+		// Only the process still routed there: a sample may be a re-clustering old.
+		if s.Cluster < len(table.procs) && table.procs[s.Cluster] != nil && table.procs[s.Cluster].seq == s.Proc {
 			r.policy.Observe(s)
 		}
 	}

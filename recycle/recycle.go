@@ -190,7 +190,8 @@ func (p *Policy) Decide(now time.Time, g Gate) []Verdict {
 		v := Verdict{Cluster: c, Reason: r, Detail: p.detail(r, rec.last.value(r), over)}
 		switch {
 		case !rec.ended.IsZero() && now.Sub(rec.ended) < p.limits.Cooldown:
-			v.Held = fmt.Sprintf("in cooldown for %v more (recycle.cooldown)", (p.limits.Cooldown - now.Sub(rec.ended)).Round(time.Second))
+			// A time, not a countdown: the text changes only when the hold does.
+			v.Held = fmt.Sprintf("in cooldown until %s (recycle.cooldown)", rec.ended.Add(p.limits.Cooldown).UTC().Format(time.DateTime+" UTC"))
 		case g.Deploying:
 			v.Held = "a deploy is running"
 		case inFlight >= p.limits.MaxParallel:

@@ -169,3 +169,16 @@ func TestStartedFinishedForget(t *testing.T) {
 		t.Fatalf("verdict after Forget: %+v", v)
 	}
 }
+
+// The hold's text changes only when the hold does, so the manager's log of
+// it (once per change) stays quiet through a cooldown.
+func TestHeldTextStable(t *testing.T) {
+	p := New(limits())
+	p.Started(0)
+	p.Finished(0, at(0))
+	p.Observe(rss(0, 2, 0, 101*mb))
+	a, b := p.Decide(at(60), Gate{}), p.Decide(at(200), Gate{})
+	if len(a) != 1 || len(b) != 1 || a[0].Held != b[0].Held || !strings.Contains(a[0].Held, "2026-01-02 03:09:05 UTC") {
+		t.Fatalf("holds %+v then %+v", a, b)
+	}
+}
