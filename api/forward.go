@@ -14,10 +14,11 @@ import (
 )
 
 // deployRequest is the optional body of POST /v1/deploy: the DEPLOY frame's
-// fields. Both may be left out: every cluster, one at a time.
+// fields. All may be left out: every cluster, one at a time, overlapping.
 type deployRequest struct {
-	Clusters    []int `json:"clusters"`
-	MaxParallel int   `json:"max_parallel"`
+	Clusters    []int  `json:"clusters"`
+	MaxParallel int    `json:"max_parallel"`
+	Mode        string `json:"mode"` // "overlap" or "resume"; the manager checks it
 }
 
 // deploy is POST /v1/deploy: a DEPLOY to the manager, which re-reads its
@@ -49,7 +50,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout.Duration)
 	defer cancel()
-	reply, err := s.client.Request(ctx, &ipc.Frame{Op: ipc.OpDeploy, Clusters: req.Clusters, MaxParallel: req.MaxParallel})
+	reply, err := s.client.Request(ctx, &ipc.Frame{Op: ipc.OpDeploy, Clusters: req.Clusters, MaxParallel: req.MaxParallel, Mode: req.Mode})
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Location", "/v1/deploys/"+started.DeployID)
 	}
 	s.log.Info("deploy started over HTTP", "deploy", started.DeployID, "clusters", req.Clusters, "max_parallel", req.MaxParallel,
-		"remote", r.RemoteAddr)
+		"mode", req.Mode, "remote", r.RemoteAddr)
 	writeRaw(w, http.StatusAccepted, reply.Payload)
 	return nil
 }

@@ -44,6 +44,7 @@ type Config struct {
 	Discord   Discord   `toml:"discord"`
 	Mesh      Mesh      `toml:"mesh"`
 	Reshard   Reshard   `toml:"reshard"`
+	Recycle   Recycle   `toml:"recycle"`
 
 	// Path is the file the config was loaded from, for re-reading at DEPLOY.
 	Path string `toml:"-"`
@@ -163,6 +164,28 @@ type Shutdown struct {
 type Deploy struct {
 	ReadyTimeout   Duration `toml:"ready_timeout"`
 	QuiesceTimeout Duration `toml:"quiesce_timeout"`
+}
+
+// Recycle is the [recycle] table: replacing a cluster whose memory or
+// event-loop lag stayed above a limit for a while with a fresh process of
+// the same generation, through the deploy's handoff (docs/deploys.md#recycling).
+type Recycle struct {
+	Enabled bool `toml:"enabled"`
+	// MaxRSS is in bytes: the resident memory of the cluster's process and
+	// of the processes of its process group, read from /proc. 0: not watched.
+	MaxRSS int64 `toml:"max_rss"`
+	// MaxHeap is in bytes, from the heartbeat payload's heap_bytes. 0: not watched.
+	MaxHeap int64 `toml:"max_heap"`
+	// MaxLag is from the heartbeat payload's loop_lag_ms. 0: not watched.
+	MaxLag      Duration `toml:"max_lag"`
+	Sustain     Duration `toml:"sustain"`
+	Interval    Duration `toml:"interval"`
+	MaxParallel int      `toml:"max_parallel"`
+	Cooldown    Duration `toml:"cooldown"`
+	// Mode is how the fresh process takes over: "overlap" (beside the old
+	// one, zero gap, its shards identify) or "resume" (after the old one,
+	// resuming its sessions: no identify, a short gap), as DEPLOY's mode.
+	Mode string `toml:"mode"`
 }
 
 // Status is the [status] table: the public, read-only status page and WebSocket.
@@ -361,7 +384,14 @@ func Default() Config {
 			QuiesceTimeout: Duration{30 * time.Second},
 		},
 		Status: Status{Listen: "127.0.0.1:7480"},
-		State:  State{AdoptWindow: Duration{10 * time.Second}},
+		Recycle: Recycle{
+			Sustain:     Duration{time.Minute},
+			Interval:    Duration{10 * time.Second},
+			MaxParallel: 1,
+			Cooldown:    Duration{10 * time.Minute},
+			Mode:        "overlap",
+		},
+		State: State{AdoptWindow: Duration{10 * time.Second}},
 		Discord: Discord{
 			APIBaseURL:      "https://discord.com/api/v10",
 			IdentifySpacing: Duration{discord.DefaultSpacing}, // Discord's 5s + a 500ms margin
@@ -592,7 +622,44 @@ func (c *Config) Validate() error {
 	}
 	c.Mesh.validate(bad)
 	c.Reshard.validate(c, bad)
+	c.Recycle.validate(bad, c.Mesh.Enabled())
 	return errors.Join(errs...)
+}
+
+// validate checks the [recycle] table; its values must be valid even while
+// it is disabled.
+func (r Recycle) validate(bad func(key, format string, args ...any), mesh bool) {
+	if r.MaxRSS < 0 {
+		bad("recycle.max_rss", "must be 0 (not watched) or more, got %d", r.MaxRSS)
+	}
+	if r.MaxHeap < 0 {
+		bad("recycle.max_heap", "must be 0 (not watched) or more, got %d", r.MaxHeap)
+	}
+	if r.MaxLag.Duration < 0 {
+		bad("recycle.max_lag", "must be 0 (not watched) or more, got %v", r.MaxLag.Duration)
+	}
+	if r.Sustain.Duration <= 0 {
+		bad("recycle.sustain", "must be positive, got %v", r.Sustain.Duration)
+	}
+	if r.Interval.Duration <= 0 {
+		bad("recycle.interval", "must be positive, got %v", r.Interval.Duration)
+	}
+	if r.MaxParallel < 1 {
+		bad("recycle.max_parallel", "must be at least 1, got %d", r.MaxParallel)
+	}
+	if r.Cooldown.Duration < 0 {
+		bad("recycle.cooldown", "must not be negative, got %v", r.Cooldown.Duration)
+	}
+	if r.Mode != "overlap" && r.Mode != "resume" {
+		bad("recycle.mode", "must be \"overlap\" or \"resume\", got %q", r.Mode)
+	}
+	switch {
+	case !r.Enabled:
+	case r.MaxRSS == 0 && r.MaxHeap == 0 && r.MaxLag.Duration == 0:
+		bad("recycle.enabled", "needs recycle.max_rss, recycle.max_heap or recycle.max_lag set")
+	case mesh:
+		bad("recycle.enabled", "recycling is not built for a mesh yet (deploys are not either)")
+	}
 }
 
 // minLease is the shortest mesh.lease: a quarter of it is the fencing margin,

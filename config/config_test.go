@@ -289,6 +289,16 @@ func TestValidationNamesKey(t *testing.T) {
 		{"reshard.max_parallel", "[reshard]\nmax_parallel = 0"},
 		{"reshard.enabled", "[reshard]\nenabled = true"},
 		{"reshard.enabled", "[discord]\ntoken_env = \"T\"\n[topology]\ntotal_shards = \"auto\"\n[mesh]\nnats_url = \"nats://x:4222\"\nhost_id = \"a\"\n[reshard]\nenabled = true"},
+		{"recycle.max_rss", "[recycle]\nmax_rss = -1"},
+		{"recycle.max_heap", "[recycle]\nmax_heap = -1"},
+		{"recycle.max_lag", "[recycle]\nmax_lag = \"-1s\""},
+		{"recycle.sustain", "[recycle]\nsustain = \"0s\""},
+		{"recycle.interval", "[recycle]\ninterval = \"0s\""},
+		{"recycle.max_parallel", "[recycle]\nmax_parallel = 0"},
+		{"recycle.cooldown", "[recycle]\ncooldown = \"-1s\""},
+		{"recycle.mode", "[recycle]\nmode = \"sideways\""},
+		{"recycle.enabled", "[recycle]\nenabled = true"},
+		{"recycle.enabled", "[recycle]\nenabled = true\nmax_rss = 1\n[mesh]\nnats_url = \"nats://x:4222\"\nhost_id = \"a\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {

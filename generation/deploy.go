@@ -47,6 +47,18 @@ type Plan struct {
 	MaxParallel    int
 	ReadyTimeout   time.Duration // from spawn to ready
 	QuiesceTimeout time.Duration // from QUIESCE to the old process's exit, before it is killed
+	// Recycle replaces the listed clusters' processes by fresh ones of the
+	// generation they run, Gen, by the same four steps: the manager's
+	// memory and lag recycling (package recycle). The topology must not
+	// change and Clusters must name the clusters.
+	Recycle bool
+	// Resume is the resume-handoff mode, for rolling deploys: each cluster's
+	// old process is quiesced and unrouted first, and its new process is
+	// spawned only once the old one is confirmed gone, so that it can RESUME
+	// the old one's sessions instead of identifying. Requests wait for the
+	// cluster in between: the gap, bounded by QuiesceTimeout (then the old
+	// one is killed) plus ReadyTimeout.
+	Resume bool
 }
 
 // ErrInvalidPlan is wrapped by NewDeploy's errors.
@@ -64,13 +76,26 @@ func (p *Plan) validate() error {
 	if p.Current == nil || p.Current.Topology != p.From {
 		return fmt.Errorf("the current routing table is not for %v", p.From)
 	}
+	if p.Recycle {
+		if p.reclustering() || len(p.Clusters) == 0 {
+			return fmt.Errorf("a recycle keeps the topology and names its clusters")
+		}
+		for _, c := range p.Clusters {
+			if old, ok := p.Current.Routed(c); ok && old.Generation != p.Gen {
+				return fmt.Errorf("cluster %d runs generation %d, not %d: a recycle keeps the generation", c, old.Generation, p.Gen)
+			}
+		}
+	}
 	for c := range p.From.Clusters() {
-		if old, ok := p.Current.Routed(c); ok && old.Generation >= p.Gen {
+		if old, ok := p.Current.Routed(c); ok && old.Generation >= p.Gen && !p.Recycle {
 			return fmt.Errorf("cluster %d already runs generation %d, not older than %d", c, old.Generation, p.Gen)
 		}
 	}
 	if p.ReadyTimeout <= 0 || p.QuiesceTimeout <= 0 {
 		return fmt.Errorf("ready timeout %v and quiesce timeout %v must be positive", p.ReadyTimeout, p.QuiesceTimeout)
+	}
+	if p.Resume && p.reclustering() {
+		return fmt.Errorf("re-clustering from %v to %v changes every shard range: its sessions cannot be resumed by other clusters", p.From, p.To)
 	}
 	if p.reclustering() {
 		if len(p.Clusters) > 0 {
@@ -129,6 +154,7 @@ type unitState int
 
 const (
 	unitPending     unitState = iota // not started
+	unitHandingOver                  // resume mode: the old process quiescing, no new one yet
 	unitSpawned                      // step 1: new processes starting
 	unitSwitched                     // steps 2-3: routed to the new processes, old ones leaving
 	unitRollingBack                  // failed before the switch: new processes being stopped
@@ -181,7 +207,7 @@ func NewDeploy(p Plan, now func() time.Time, act Actuator) (*Deploy, error) {
 }
 
 func (d *Deploy) addSlot(u *unit, c int) {
-	s := &slot{unit: u, st: ClusterStatus{Cluster: c}}
+	s := &slot{unit: u, st: ClusterStatus{Cluster: c, resume: d.plan.Resume}}
 	old, ok := d.plan.Current.Routed(c)
 	if ok {
 		s.old = d.track(old, s)
@@ -301,7 +327,19 @@ func (d *Deploy) maxParallel() int {
 
 // spawn is step 1: start a new process for every cluster of u in the new
 // topology (a re-clustering to fewer clusters leaves some slots old-only).
+// In resume mode, a cluster with a live old process first hands over: the old
+// one is unrouted and quiesced, and the spawn waits for its exit.
 func (d *Deploy) spawn(u *unit, now time.Time) {
+	if d.plan.Resume && u.state == unitPending {
+		if s := u.slots[0]; s.old != nil && !s.old.exited {
+			u.state = unitHandingOver
+			ref := s.old.ref
+			d.act.Route(func(r *Routes) *Routes { return r.Without(ref) })
+			d.act.Quiesce(ref)
+			s.st.QuiesceSentAt = now
+			return
+		}
+	}
 	u.state = unitSpawned
 	for _, s := range u.slots {
 		if s.st.Cluster >= d.plan.To.Clusters() {
@@ -364,6 +402,7 @@ func (d *Deploy) quiesced(ref ProcRef, now time.Time) {
 	if p == nil || p != p.slot.old || p.slot.st.QuiesceSentAt.IsZero() || !p.slot.st.QuiescedAt.IsZero() {
 		return
 	}
+	// In resume mode the new process's spawn waits for the exit, not this.
 	p.slot.st.QuiescedAt = now
 }
 
@@ -378,6 +417,13 @@ func (d *Deploy) exited(ref ProcRef, now time.Time) {
 	if p == s.old {
 		s.st.ExitedAt = now
 		switch u.state {
+		case unitHandingOver:
+			// Resume mode: the sessions are free; the new process may resume them.
+			if d.state == StateRunning {
+				d.spawn(u, now)
+			} else {
+				d.release(u, d.plan.From) // halted meanwhile: supervision respawns it
+			}
 		case unitPending:
 			// Nothing serves the cluster and its turn has not come: start it now,
 			// past MaxParallel, rather than leave it dead behind the queue.
@@ -461,7 +507,7 @@ func (d *Deploy) expire(now time.Time) {
 			t, ok := d.deadline(s)
 			switch {
 			case !ok || now.Before(t):
-			case u.state == unitSpawned:
+			case u.state == unitSpawned && s.new != nil && !s.new.ready:
 				d.failCluster(s, now, fmt.Sprintf("cluster %d: generation %d not ready within %v", s.st.Cluster, d.plan.Gen, d.plan.ReadyTimeout))
 			default:
 				d.kill(s, s.old, now)
@@ -475,7 +521,7 @@ func (d *Deploy) deadline(s *slot) (time.Time, bool) {
 	switch u := s.unit; {
 	case u.state == unitSpawned && s.new != nil && !s.new.ready:
 		return s.st.SpawnedAt.Add(d.plan.ReadyTimeout), true
-	case u.state == unitSwitched && s.old != nil && !s.old.exited && !s.old.stopped:
+	case (u.state == unitSwitched || u.state == unitHandingOver) && s.old != nil && !s.old.exited && !s.old.stopped:
 		return s.st.QuiesceSentAt.Add(d.plan.QuiesceTimeout), true
 	}
 	return time.Time{}, false
@@ -500,6 +546,17 @@ func (d *Deploy) halt(state State, reason string, now time.Time) {
 	d.state, d.reason = state, reason
 	for _, u := range d.units {
 		switch u.state {
+		case unitHandingOver:
+			// Resume mode, the old process leaving and no new one yet: an
+			// abort kills it now; a failure elsewhere lets it finish
+			// quiescing. Either way its exit releases the cluster, which
+			// supervision respawns (resuming its sessions).
+			for _, s := range u.slots {
+				s.st.end, s.st.Reason = PhaseFailed, "stopped while handing over: "+reason
+				if state == StateAborted {
+					d.kill(s, s.old, now)
+				}
+			}
 		case unitPending:
 			for _, s := range u.slots {
 				s.st.end = PhaseSkipped
@@ -574,6 +631,9 @@ func (d *Deploy) Owns(c int) bool {
 	return false
 }
 
+// Resume reports whether this is a resume-handoff deploy (Plan.Resume).
+func (d *Deploy) Resume() bool { return d.plan.Resume }
+
 // Done reports whether the deploy has finished: every cluster released and
 // every process it stopped confirmed gone.
 func (d *Deploy) Done() bool { return d.done }
@@ -584,6 +644,9 @@ func (d *Deploy) Status() Status {
 		ID: d.plan.ID, Generation: d.plan.Gen, From: d.plan.From, To: d.plan.To,
 		State: d.state, Reason: d.reason, Started: d.startedAt, Finished: d.finishedAt,
 		Clusters: make([]ClusterStatus, 0, len(d.slots)),
+	}
+	if d.plan.Resume {
+		st.Mode = "resume"
 	}
 	for _, s := range d.slots {
 		c := s.st

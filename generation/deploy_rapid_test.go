@@ -51,6 +51,7 @@ func TestDeployRandomized(t *testing.T) {
 			perm := rapid.Permutation(all).Draw(t, "order")
 			p.Clusters = perm[:rapid.IntRange(1, len(perm)).Draw(t, "how_many")]
 		}
+		p.Resume = to == from && rapid.Bool().Draw(t, "resume")
 		d, err := NewDeploy(p, f.clock, f)
 		if err != nil {
 			t.Fatal(err)

@@ -535,6 +535,89 @@ func TestRollingChosenClusters(t *testing.T) {
 	h.end(StateSucceeded, "", actv, actv)
 }
 
+// A recycle is a rolling deploy of the listed clusters at the generation they
+// already run: a fresh process of 1@5 replaces the old one by the four steps.
+func TestRecycle(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1, 1)
+	p.Gen, p.Recycle = oldGen, true
+	h := start(t, f, p, "spawn 1@5")
+	if h.d.Owns(0) || !h.d.Owns(1) {
+		t.Fatal("a recycle of cluster 1 owns the wrong clusters")
+	}
+	h.ready(1, "route 1=1@5", "quiesce 1@5")
+	h.quiesced(1)
+	h.exitOld(1, "activate 1@5", "release 1")
+	st := h.end(StateSucceeded, "", actv)
+	if st.Clusters[0].New.Seq == st.Clusters[0].Old.Seq {
+		t.Fatalf("recycled into the same process: %+v", st.Clusters[0])
+	}
+}
+
+// Resume mode: the old process is unrouted and quiesced first; the new one is
+// spawned once the old is gone (so it can RESUME its sessions), and routed and
+// ACTIVATEd when ready.
+func TestResumeHappyPath(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1)
+	p.Resume = true
+	h := start(t, f, p, "route 0=none", "quiesce 0@5")
+	h.phases(qing, pend)
+	h.tick(time.Second)
+	h.quiesced(0)
+	h.phases(qd, pend)
+	h.exitOld(0, "spawn 0@6")
+	h.phases(spwn, pend)
+	h.tick(time.Second)
+	h.ready(0, "route 0=0@6", "activate 0@6", "release 0", "route 1=none", "quiesce 1@5")
+	h.exitOld(1, "spawn 1@6")
+	h.ready(1, "route 1=1@6", "activate 1@6", "release 1")
+	st := h.end(StateSucceeded, "", actv, actv)
+	c := st.Clusters[0]
+	if st.Mode != "resume" || c.RoutedAt.Sub(c.QuiesceSentAt) != 2*time.Second || !c.ExitedAt.Before(c.SpawnedAt.Add(1)) {
+		t.Errorf("mode %q, cluster 0 %+v", st.Mode, c)
+	}
+}
+
+// An old process that ignores QUIESCE is killed at QuiesceTimeout; its
+// confirmed exit lets the new one start.
+func TestResumeOldIgnoresQuiesce(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1, 1)
+	p.Resume = true
+	h := start(t, f, p, "route 1=none", "quiesce 1@5")
+	h.tick(29 * time.Second)
+	h.tick(time.Second, "stop 1@5")
+	h.exitOld(1, "spawn 1@6")
+	h.ready(1, "route 1=1@6", "activate 1@6", "release 1")
+	h.end(StateSucceeded, "", actv)
+}
+
+// A new process that is not ready in time is stopped; the old is gone, so
+// the cluster goes back to supervision, which respawns it.
+func TestResumeNewNotReady(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1)
+	p.Resume = true
+	h := start(t, f, p, "route 0=none", "quiesce 0@5")
+	h.exitOld(0, "spawn 0@6")
+	h.tick(2*time.Minute, "stop 0@6", "release 1")
+	h.exitNew(0, "release 0")
+	h.end(StateFailed, "cluster 0: generation 6 not ready within 2m0s", fail, skip)
+}
+
+// An abort while the old process hands over kills it; its exit releases the
+// cluster to supervision, with no new process spawned.
+func TestResumeAbortWhileHandingOver(t *testing.T) {
+	f := newFake(t4x2)
+	p := plan(t4x2, t4x2, f, 1)
+	p.Resume = true
+	h := start(t, f, p, "route 0=none", "quiesce 0@5")
+	h.do(func() { h.d.Abort("manager shutting down") }, "stop 0@5", "release 1")
+	h.exitOld(0, "release 0")
+	h.end(StateAborted, "aborted: manager shutting down", fail, skip)
+}
+
 func TestRollingNotReadyInTime(t *testing.T) {
 	f := newFake(t4x2)
 	h := start(t, f, plan(t4x2, t4x2, f, 1), "spawn 0@6")
@@ -940,6 +1023,10 @@ func TestNewDeployValidates(t *testing.T) {
 		{"negative cluster", func(p *Plan) { p.Clusters = []int{-1} }, "cluster -1 is not"},
 		{"duplicate cluster", func(p *Plan) { p.Clusters = []int{2, 1, 2} }, "listed twice"},
 		{"clusters while re-clustering", func(p *Plan) { p.To = topo(8, 4); p.Clusters = []int{1} }, "moves every cluster"},
+		{"resume while re-clustering", func(p *Plan) { p.To, p.Resume = topo(8, 4), true }, "cannot be resumed"},
+		{"recycle of no cluster", func(p *Plan) { p.Gen, p.Recycle = oldGen, true }, "names its clusters"},
+		{"recycle to another generation", func(p *Plan) { p.Recycle, p.Clusters = true, []int{1} }, "keeps the generation"},
+		{"recycle re-clustering", func(p *Plan) { p.Gen, p.Recycle, p.To, p.Clusters = oldGen, true, topo(8, 4), []int{1} }, "keeps the topology"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

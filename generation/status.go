@@ -35,15 +35,18 @@ const (
 
 // Status is a snapshot of a deploy for the status feed and sm-api.
 type Status struct {
-	ID         string          `json:"id"`
-	Generation int64           `json:"generation"`
-	From       Topology        `json:"from"`
-	To         Topology        `json:"to"`
-	State      State           `json:"state"`
-	Reason     string          `json:"reason,omitempty"`
-	Started    time.Time       `json:"started,omitzero"`
-	Finished   time.Time       `json:"finished,omitzero"`
-	Clusters   []ClusterStatus `json:"clusters"`
+	ID         string    `json:"id"`
+	Generation int64     `json:"generation"`
+	From       Topology  `json:"from"`
+	To         Topology  `json:"to"`
+	State      State     `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	Started    time.Time `json:"started,omitzero"`
+	Finished   time.Time `json:"finished,omitzero"`
+	// Mode is "resume" for a resume-handoff deploy (Plan.Resume), absent for
+	// the default overlap.
+	Mode     string          `json:"mode,omitempty"`
+	Clusters []ClusterStatus `json:"clusters"`
 }
 
 // ClusterStatus is one cluster's progress. In a re-clustering deploy, entry i
@@ -65,7 +68,8 @@ type ClusterStatus struct {
 	ExitedAt      time.Time `json:"exited_at,omitzero"`       // the old process was confirmed gone
 	ActivatedAt   time.Time `json:"activated_at,omitzero"`    // ACTIVATE sent to the new process
 
-	end Phase // PhaseFailed or PhaseSkipped once decided; sticks whatever happens after
+	end    Phase // PhaseFailed or PhaseSkipped once decided; sticks whatever happens after
+	resume bool  // a resume-handoff deploy's: the old process leaves before the new one starts
 }
 
 // phaseOf derives a cluster's phase from what has happened to it. An old
@@ -77,6 +81,18 @@ func phaseOf(c *ClusterStatus) Phase {
 		return c.end
 	case !c.ActivatedAt.IsZero():
 		return PhaseActivated
+	case c.resume && !c.SpawnedAt.IsZero():
+		// The old process is gone already: the new one's steps are what is left.
+		switch {
+		case !c.RoutedAt.IsZero():
+			return PhaseRouted
+		case !c.ReadyAt.IsZero():
+			return PhaseReady
+		default:
+			return PhaseSpawned
+		}
+	case c.resume && !c.ExitedAt.IsZero():
+		return PhaseOldExited
 	case !c.RoutedAt.IsZero() && !c.ExitedAt.IsZero():
 		return PhaseOldExited
 	case !c.QuiescedAt.IsZero():

@@ -16,7 +16,17 @@ const (
 	OpEcho      = "echo"       // → the request's payload, byte for byte (null if none)
 	OpStats     = "stats"      // → Stats, as in the heartbeat
 	OpGuildInfo = "guild.info" // {"guild_id":"<snowflake>"} → GuildInfo
+	// OpSimGrow {"bytes":N} allocates N more bytes and touches every page, so
+	// that the process's RSS and heap really grow; {"bytes":0} lets go of all
+	// of it. → {"ballast_bytes":total}
+	OpSimGrow = "sim.grow"
+	// OpSimLag {"ms":N} makes the bot report N ms of event-loop lag in its
+	// heartbeats (loop_lag_ms) from now on; 0 stops. → {"loop_lag_ms":N}
+	OpSimLag = "sim.lag"
 )
+
+// maxGrowBytes bounds one sim.grow: a typo must not take the machine's memory.
+const maxGrowBytes = 1 << 30
 
 // CodeBadRequest is the error code of a business op whose payload the simulated
 // bot cannot use. It is the bot's own code, not one of the protocol's.

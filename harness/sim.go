@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -36,6 +37,8 @@ type sim struct {
 	mu  sync.Mutex
 	st  simState
 	reg simRegistration
+	// ballast is what sim.grow allocated, held so that it stays resident.
+	ballast [][]byte
 }
 
 // simRegistration is what the latest REGISTER reply says about opening
@@ -380,7 +383,61 @@ func (s *sim) work(f *ipc.Frame) (json.RawMessage, *ipc.Error) {
 			return nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is shutting down", s.env.Cluster)
 		}
 	}
+	switch f.Op {
+	case OpSimGrow:
+		return s.grow(f.Payload)
+	case OpSimLag:
+		return s.lag(f.Payload)
+	}
 	return answer(s.env, s.pid, f, s.stats)
+}
+
+// grow is sim.grow: allocate and touch the bytes asked for, or free all.
+func (s *sim) grow(payload json.RawMessage) (json.RawMessage, *ipc.Error) {
+	var req struct {
+		Bytes *int64 `json:"bytes"`
+	}
+	if json.Unmarshal(payload, &req) != nil || req.Bytes == nil || *req.Bytes < 0 || *req.Bytes > maxGrowBytes {
+		return nil, ipc.Errorf(CodeBadRequest, "sim.grow: payload must be {\"bytes\":N}, 0 <= N <= %d", maxGrowBytes)
+	}
+	var chunk []byte
+	if n := *req.Bytes; n > 0 {
+		chunk = make([]byte, n)
+		for i := 0; i < len(chunk); i += 4096 {
+			chunk[i] = 1 // a page never written is never resident
+		}
+	}
+	s.mu.Lock()
+	if chunk == nil {
+		s.ballast = nil
+	} else {
+		s.ballast = append(s.ballast, chunk)
+	}
+	total := 0
+	for _, b := range s.ballast {
+		total += len(b)
+	}
+	s.mu.Unlock()
+	if chunk == nil {
+		debug.FreeOSMemory()
+	}
+	s.log.Info("sim.grow", "bytes", *req.Bytes, "ballast_bytes", total)
+	return marshal(map[string]int{"ballast_bytes": total})
+}
+
+// lag is sim.lag: the event-loop lag the heartbeats report from now on.
+func (s *sim) lag(payload json.RawMessage) (json.RawMessage, *ipc.Error) {
+	var req struct {
+		MS *int64 `json:"ms"`
+	}
+	if json.Unmarshal(payload, &req) != nil || req.MS == nil || *req.MS < 0 {
+		return nil, ipc.Errorf(CodeBadRequest, "sim.lag: payload must be {\"ms\":N}, N >= 0")
+	}
+	s.mu.Lock()
+	s.st.lagMS = *req.MS
+	s.mu.Unlock()
+	s.log.Info("sim.lag", "loop_lag_ms", *req.MS)
+	return marshal(map[string]int64{"loop_lag_ms": *req.MS})
 }
 
 // reply answers f if it asked for an answer.

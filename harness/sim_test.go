@@ -413,3 +413,45 @@ func TestSimActiveOnReRegister(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// sim.grow allocates and holds memory, which the heap figures show; sim.lag
+// sets the lag the heartbeats report. Bad payloads get bad_request.
+func TestSimGrowAndLag(t *testing.T) {
+	t.Parallel()
+	m := harnesstest.Start(t, harnesstest.Options{HeartbeatIntervalMS: 20})
+	start(t, m)
+	c := m.Accept(wait)
+	before := stats(t, c, "s0")
+	if before.LoopLagMS != 0 || before.HeapBytes == 0 {
+		t.Fatalf("before: %+v", before)
+	}
+	g := request(t, c, `{"op":"sim.grow","id":"g1","payload":{"bytes":67108864}}`)
+	if g.Error != nil || string(g.Payload) != `{"ballast_bytes":67108864}` {
+		t.Fatalf("sim.grow → %s", ipc.Encode(g))
+	}
+	if after := stats(t, c, "s1"); after.HeapBytes < 64<<20 {
+		t.Errorf("heap %d after growing 64 MiB", after.HeapBytes)
+	}
+	if l := request(t, c, `{"op":"sim.lag","id":"l1","payload":{"ms":750}}`); l.Error != nil || string(l.Payload) != `{"loop_lag_ms":750}` {
+		t.Fatalf("sim.lag → %s", ipc.Encode(l))
+	}
+	hb := c.Expect(wait, "a heartbeat with the lag", func(f *ipc.Frame) bool {
+		return f.Op == ipc.OpHeartbeat && bytes.Contains(f.Payload, []byte(`"loop_lag_ms":750`))
+	})
+	if s := decodeStats(t, hb.Payload); s.HeapBytes < 64<<20 {
+		t.Errorf("heartbeat heap_bytes %d", s.HeapBytes)
+	}
+	if g := request(t, c, `{"op":"sim.grow","id":"g2","payload":{"bytes":0}}`); string(g.Payload) != `{"ballast_bytes":0}` {
+		t.Fatalf("sim.grow 0 → %s", ipc.Encode(g))
+	}
+	for i, bad := range []string{
+		`{"op":"sim.grow","id":"b1"}`,
+		`{"op":"sim.grow","id":"b2","payload":{"bytes":-1}}`,
+		`{"op":"sim.grow","id":"b3","payload":{"bytes":1e12}}`,
+		`{"op":"sim.lag","id":"b4","payload":{"ms":"x"}}`,
+	} {
+		if r := request(t, c, bad); r.Error == nil || r.Error.Code != CodeBadRequest {
+			t.Errorf("bad %d → %s", i, ipc.Encode(r))
+		}
+	}
+}

@@ -39,8 +39,13 @@ type Stats struct {
 	Users  int          `json:"users"`
 	// PingMS is the mean gateway heartbeat latency of the connected shards,
 	// left out while none is.
-	PingMS           int    `json:"ping_ms,omitempty"`
-	MemoryBytes      uint64 `json:"memory_bytes"`
+	PingMS      int    `json:"ping_ms,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// HeapBytes and LoopLagMS are the optional fields the manager's
+	// recycling reads (docs/protocol.md#heartbeat): the Go heap in use, as
+	// memory_bytes, and the lag sim.lag asked for.
+	HeapBytes        uint64 `json:"heap_bytes"`
+	LoopLagMS        int64  `json:"loop_lag_ms"`
 	UptimeMS         int64  `json:"uptime_ms"`
 	EventsBuffered   int64  `json:"events_buffered"`
 	EventsDispatched int64  `json:"events_dispatched"`
@@ -93,6 +98,7 @@ type simState struct {
 	eventsDropped    int64
 	requestsHandled  int64
 	inFlight         int
+	lagMS            int64 // what sim.lag set
 }
 
 // buildStats renders st for a cluster of env that has been up for uptime and
@@ -102,6 +108,8 @@ func buildStats(env Env, st simState, uptime time.Duration, mem uint64) Stats {
 	s := Stats{
 		Shards:           make([]ShardStats, 0, env.Shards()),
 		MemoryBytes:      mem,
+		HeapBytes:        mem,
+		LoopLagMS:        st.lagMS,
 		UptimeMS:         uptime.Milliseconds(),
 		EventsBuffered:   st.eventsBuffered,
 		EventsDispatched: st.eventsDispatched,

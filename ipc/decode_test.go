@@ -61,7 +61,7 @@ var decodeSeeds = []string{
 // fast path or listed here as left to encoding/json; else every frame that
 // carries it silently takes the slow path.
 func TestDecodeFastKnowsEveryField(t *testing.T) {
-	slowOnly := map[string]bool{"error": true, "clusters": true} // rare: error replies, DEPLOY
+	slowOnly := map[string]bool{"error": true, "clusters": true, "mode": true} // rare: error replies, DEPLOY
 	ft := reflect.TypeFor[ipc.Frame]()
 	for i := range ft.NumField() {
 		key, _, _ := strings.Cut(ft.Field(i).Tag.Get("json"), ",")

@@ -67,6 +67,9 @@ func AppendFrame(dst []byte, f *Frame) []byte {
 	if f.MaxParallel != 0 {
 		dst = appendKeyInt(dst, `,"max_parallel":`, int64(f.MaxParallel))
 	}
+	if f.Mode != "" {
+		dst = appendKeyString(dst, `,"mode":`, f.Mode)
+	}
 	if f.Error != nil {
 		dst = appendKeyString(dst, `,"error":{"code":`, f.Error.Code)
 		dst = appendKeyString(dst, `,"message":`, f.Error.Message)

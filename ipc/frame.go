@@ -80,9 +80,11 @@ type Frame struct {
 	// to identify, or no longer does.
 	Shard *int `json:"shard,omitempty"`
 
-	// DEPLOY fields.
-	Clusters    []int `json:"clusters,omitempty"`
-	MaxParallel int   `json:"max_parallel,omitempty"`
+	// DEPLOY fields. Mode (v1 addition) is "overlap", the default, or
+	// "resume" (docs/deploys.md#resume-handoff-deploys).
+	Clusters    []int  `json:"clusters,omitempty"`
+	MaxParallel int    `json:"max_parallel,omitempty"`
+	Mode        string `json:"mode,omitempty"`
 }
 
 // Stable error codes carried in Error.Code. Clients switch on these, so they never change.

@@ -272,6 +272,8 @@ func TestDecode(t *testing.T) {
 			&ipc.Frame{Op: "REGISTER", ID: "1", Role: "cluster", Cluster: ipc.Int(3), Generation: ipc.Int64(5), Token: "t", PID: 1234}, ""},
 		{"deploy", `{"op":"DEPLOY","id":"9","clusters":[2,3],"max_parallel":1}`,
 			&ipc.Frame{Op: "DEPLOY", ID: "9", Clusters: []int{2, 3}, MaxParallel: 1}, ""},
+		{"deploy resume", `{"op":"DEPLOY","id":"9","mode":"resume"}`,
+			&ipc.Frame{Op: "DEPLOY", ID: "9", Mode: "resume"}, ""},
 		{"heartbeat", `{"op":"HEARTBEAT","ready":true,"payload":{"guilds":10}}`,
 			&ipc.Frame{Op: "HEARTBEAT", Ready: ipc.Bool(true), Payload: json.RawMessage(`{"guilds":10}`)}, ""},
 		{"error reply", `{"op":"REPLY","id":"1","error":{"code":"busy","message":"later"}}`,

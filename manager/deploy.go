@@ -101,6 +101,9 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	if m.dep != nil && !m.dep.Done() {
 		return registerResult{err: ipc.Errorf(ipc.CodeDeployInProgress, "deploy %s is still running", m.dep.Status().ID)}
 	}
+	if c, ok := m.recycleRunning(); ok {
+		return registerResult{err: ipc.Errorf(ipc.CodeDeployInProgress, "cluster %d is being recycled; retry once it is done (docs/deploys.md#recycling)", c)}
+	}
 	sp, err := specOf(cfg)
 	if err != nil {
 		return registerResult{err: ipc.Errorf(ipc.CodeBadConfig, "%v", err)}
@@ -110,6 +113,14 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	maxPar := f.MaxParallel
 	if maxPar == 0 {
 		maxPar = 1
+	}
+	var resume bool
+	switch f.Mode {
+	case "", "overlap":
+	case "resume":
+		resume = true
+	default:
+		return registerResult{err: ipc.Errorf(ipc.CodeBadFrame, "mode %q: want \"overlap\" (the default) or \"resume\"", f.Mode)}
 	}
 	plan := generation.Plan{
 		ID:             "deploy-" + strconv.FormatInt(gen, 10),
@@ -121,8 +132,9 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 		MaxParallel:    maxPar,
 		ReadyTimeout:   cfg.Deploy.ReadyTimeout.Duration,
 		QuiesceTimeout: cfg.Deploy.QuiesceTimeout.Duration,
+		Resume:         resume,
 	}
-	d, err := generation.NewDeploy(plan, time.Now, actuator{m})
+	d, err := generation.NewDeploy(plan, time.Now, actuator{m: m, resume: resume})
 	if err != nil {
 		return registerResult{err: ipc.Errorf(ipc.CodeBadFrame, "%v", err)}
 	}
@@ -131,7 +143,7 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 	m.dep = d
 	m.next = nil
 	m.log.Info("deploy started", "deploy", plan.ID, "generation", gen, "from", plan.From.String(), "to", plan.To.String(),
-		"clusters", f.Clusters, "max_parallel", maxPar)
+		"clusters", f.Clusters, "max_parallel", maxPar, "mode", modeName(resume))
 	now := time.Now()
 	for _, s := range table.slots {
 		if d.Owns(s.id) {
@@ -147,8 +159,17 @@ func (m *Manager) startDeploy(f *ipc.Frame, cfg *config.Config) registerResult {
 		"from":         plan.From,
 		"to":           plan.To,
 		"reclustering": plan.From != plan.To,
+		"mode":         modeName(resume),
 	})
 	return registerResult{payload: payload}
+}
+
+// modeName is a deploy's mode as DEPLOY names it.
+func modeName(resume bool) string {
+	if resume {
+		return "resume"
+	}
+	return "overlap"
 }
 
 // deployProgress logs a deploy's end once.
@@ -161,7 +182,7 @@ func (m *Manager) deployProgress() {
 	// re-clustering that rolled back never touched) is supervised again.
 	now := time.Now()
 	for _, s := range m.table().slots {
-		if s.sup.Owned() && !m.dep.Owns(s.id) {
+		if s.sup.Owned() && !m.owned(s.id) {
 			m.do(s, s.sup.Release(now))
 		}
 	}
@@ -197,8 +218,13 @@ func (m *Manager) genRoutes(t *routeTable) *generation.Routes {
 }
 
 // actuator carries out a deploy's decisions on the manager. Its methods run
-// on the event loop (the deploy is fed only from there).
-type actuator struct{ m *Manager }
+// on the event loop (the deploy is fed only from there). resume: the deploy
+// is a resume-handoff one, whose new processes are handed their shards'
+// resume state.
+type actuator struct {
+	m      *Manager
+	resume bool
+}
 
 // slotFor returns the slot a deploy means by cluster of topo: one of the
 // table in force, or of the table a re-clustering is building, whose slots
@@ -231,6 +257,7 @@ func (a actuator) Spawn(cluster int, gen int64, topo generation.Topology) (gener
 		m.logSpawnFailure(s, gen, err)
 		return generation.ProcRef{}, errors.New(publicSpawnFailure(err))
 	}
+	p.resumes = a.resume // before its REGISTER, which the loop answers after this
 	m.do(s, s.sup.DeploySpawned(time.Now(), p))
 	return p.ref(), nil
 }

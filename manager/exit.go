@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -26,6 +27,13 @@ func (m *Manager) disconnected(p *proc, c *conn) {
 	m.failProcPending(p)
 	m.cancelIdentifies(p)
 	m.handoffDrained(p) // its last frames are read: an ACTIVATE may go out
+	if held, ok := m.exitHeld[p]; ok {
+		delete(m.exitHeld, p)
+		for _, d := range held {
+			d.Exited(p.ref())
+		}
+		m.depFed = true
+	}
 }
 
 // stop ends p, as its supervision decided: what it said last is taken while
@@ -93,10 +101,18 @@ func (m *Manager) exited(p *proc) {
 	}
 	status := p.process.ExitStatus()
 	m.log.Info("cluster exited", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(), "status", status, "expected", expected)
-	if m.dep != nil {
-		m.dep.Exited(p.ref())
-		m.depFed = true
-	}
+	// A resume-handoff deploy spawns the successor at this exit, and the
+	// successor's REGISTER gets the sessions' resume state: such a deploy
+	// hears of it once p's connection is read to its end, its QUIESCED's
+	// resume state taken (at most exitDrainWait later; disconnected).
+	connected := p.conn.Load() != nil
+	m.deploys(func(d *generation.Deploy) {
+		if connected && d.Resume() && !d.Done() {
+			m.exitHeld[p] = append(m.exitHeld[p], d)
+			return
+		}
+		d.Exited(p.ref())
+	})
 	s := p.slot
 	m.do(s, s.sup.Exited(time.Now(), p, status))
 	m.fenceDone(s)

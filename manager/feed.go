@@ -21,6 +21,7 @@ import (
 //	{"type":"deploy","deploy":{...generation.Status...}}
 //	{"type":"topology","status":{...Status...}}   (after a re-clustering switch)
 //	{"type":"discord","discord":{...DiscordStatus...}} (identify gate and budget)
+//	{"type":"recycle","cluster":3,"generation":5,...RecycleStatus...} (a recycle's start and end)
 //
 // The heartbeat payload is the cluster's own bytes, never parsed. Nothing in
 // the feed holds a token, an environment variable or a command line.
@@ -31,6 +32,7 @@ const (
 	EventDeploy    = "deploy"
 	EventTopology  = "topology"
 	EventDiscord   = "discord"
+	EventRecycle   = "recycle"
 )
 
 // Subscription receives feed events. C is closed when the subscription ends:

@@ -281,6 +281,9 @@ func (m *Manager) reportsResume(p *proc) bool {
 // process still holds these) or not its cluster's process (a survivor the
 // restarted manager will quiesce: the serving process holds the sessions).
 func (m *Manager) resumeFor(p *proc, now time.Time) []discord.ResumeState {
+	if p.resumes {
+		return m.disc.resume.Get(p.slot.first, p.slot.last, p.slot.topo.Total, now)
+	}
 	if p.reason == discord.ReasonDeploy || !p.isCurrent() {
 		return nil
 	}

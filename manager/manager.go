@@ -98,11 +98,15 @@ type Manager struct {
 	dep       *generation.Deploy // the running or last deploy
 	depLogged *generation.Deploy // the deploy whose end was logged
 	next      *routeTable        // the table a re-clustering deploy is building
+	// exitHeld: exits a resume-handoff deploy hears of once the process's
+	// connection is read to its end (exit.go).
+	exitHeld map[*proc][]*generation.Deploy
 
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
 	disc             discordState
-	handoff          handoffs // QUIESCED handoffs for the next ACTIVATE (handoff.go)
+	handoff          handoffs  // QUIESCED handoffs for the next ACTIVATE (handoff.go)
+	rec              recycling // memory and lag recycling (recycle.go)
 	feedDiscordDirty bool
 	discLast         []byte
 	fetchGateway     func(ctx context.Context) (discord.GatewayBot, error)
@@ -142,6 +146,7 @@ func New(opts Options) (*Manager, error) {
 		specs:   map[int64]spec{1: sp},
 		gen:     1,
 		handoff: newHandoffs(),
+		rec:     newRecycling(cfg.Recycle),
 		spawner: opts.Spawner,
 		log:     opts.Logger,
 		rules: supervise.Rules{
@@ -168,13 +173,14 @@ func New(opts Options) (*Manager, error) {
 			MaxQueueBytes: cfg.Limits.MaxQueueBytes,
 			WriteTimeout:  cfg.Limits.WriteTimeout.Duration,
 		},
-		uids:    allowedUIDs(cfg.AllowedUIDs),
-		events:  make(chan event, 1024),
-		done:    make(chan struct{}),
-		pending: make(map[uint64]*pending),
-		conns:   make(map[*conn]struct{}),
-		procs:   make(map[uint64]*proc),
-		feed:    hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
+		uids:     allowedUIDs(cfg.AllowedUIDs),
+		events:   make(chan event, 1024),
+		done:     make(chan struct{}),
+		pending:  make(map[uint64]*pending),
+		conns:    make(map[*conn]struct{}),
+		procs:    make(map[uint64]*proc),
+		exitHeld: map[*proc][]*generation.Deploy{},
+		feed:     hub{subs: make(map[*Subscription]struct{}), max: cfg.Limits.MaxSubscribers},
 	}
 	if m.spawner == nil {
 		m.spawner = supervise.ExecSpawner{}
@@ -316,14 +322,17 @@ func (m *Manager) loop(ctx context.Context) {
 		case now := <-tick.C:
 			m.drainBeats()
 			m.checkHeartbeats(now)
-			if m.dep != nil && !m.dep.Done() {
-				m.dep.Tick()
-				m.depFed = true
-			}
+			m.deploys(func(d *generation.Deploy) {
+				if !d.Done() {
+					d.Tick()
+				}
+			})
+			m.recycleTick(now)
 		case <-ctx.Done():
 			return
 		}
 		m.deployProgress()
+		m.recycleProgress()
 		m.flushFeed()
 		m.maybeSaveState(time.Now())
 	}

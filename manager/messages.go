@@ -10,6 +10,7 @@ import (
 	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
 	"github.com/sm-supervisor/sm/mesh"
+	"github.com/sm-supervisor/sm/recycle"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -110,6 +111,8 @@ type (
 	}
 	// evReshard is one check of the [reshard] schedule (reshard.go).
 	evReshard reshardCheck
+	// evRecycleSamples is a recycling sampler's readings (recycle.go).
+	evRecycleSamples struct{ samples []recycle.Sample }
 	// evFunc runs a function on the loop: tests read loop-owned state with it.
 	evFunc func(*Manager)
 )
@@ -132,6 +135,7 @@ func (evGateDue) isEvent()        {}
 func (evMeshHold) isEvent()       {}
 func (evFunc) isEvent()           {}
 func (evReshard) isEvent()        {}
+func (evRecycleSamples) isEvent() {}
 
 func (evIdentifyClaimed) isEvent() {}
 func (evMeshResume) isEvent()      {}
@@ -181,6 +185,8 @@ func (m *Manager) apply(ev event) {
 		m.resumeFetched(ev)
 	case evReshard:
 		m.reshardChecked(reshardCheck(ev))
+	case evRecycleSamples:
+		m.recycleSampled(ev.samples)
 	case evFunc:
 		ev(m)
 	default:

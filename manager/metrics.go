@@ -25,6 +25,7 @@ type metrics struct {
 	identifyRefused prometheus.Counter
 	loopEvents      prometheus.Counter
 	reshardChecks   *prometheus.CounterVec // by result (reshard.go)
+	recycles        *prometheus.CounterVec // by reason
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -43,10 +44,11 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		loopEvents:      counter("sm_loop_events_total", "Events the manager's event loop handled; a steady cluster's heartbeats are not events."),
 		reshardChecks: counterVec("sm_reshard_checks_total", "Checks of Discord's recommended shard count by the [reshard] schedule, by result: unchanged, resharded, deferred, error.",
 			"result"),
+		recycles: counterVec("sm_recycles_total", "Recycles started, by the limit the cluster stayed over: rss, heap or lag.", "reason"),
 	}
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
-			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, collector{m})
+			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, mt.recycles, collector{m})
 	}
 	return mt
 }

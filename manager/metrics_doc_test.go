@@ -29,6 +29,8 @@ var metricsDocConditional = map[string]string{
 	"sm_deploys_total": "no series until the first deploy finishes",
 	// TestReshardWhenDiscordAsks checks its series.
 	"sm_reshard_checks_total": "no series while [reshard] is off",
+	// Likewise until the first recycle; TestRecycleRSSUnderLoad reads it.
+	"sm_recycles_total": "no series until the first recycle",
 }
 
 // docRow is one metric row of a table in docs/metrics.md:

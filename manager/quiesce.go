@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -39,8 +40,5 @@ func (m *Manager) quiesced(p *proc, resume json.RawMessage) {
 		return
 	}
 	m.log.Info("cluster quiesced", "cluster", p.cluster, "generation", p.gen, "pid", p.pid())
-	if m.dep != nil {
-		m.dep.Quiesced(p.ref())
-		m.depFed = true
-	}
+	m.deploys(func(d *generation.Deploy) { d.Quiesced(p.ref()) })
 }

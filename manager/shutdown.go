@@ -3,6 +3,8 @@ package manager
 import (
 	"time"
 
+	"github.com/sm-supervisor/sm/generation"
+
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -15,10 +17,11 @@ func (m *Manager) shutdown() {
 	for _, s := range slots {
 		m.do(s, s.sup.Close(now)) // before the abort: what it releases is not respawned
 	}
-	if m.dep != nil && !m.dep.Done() {
-		m.dep.Abort("manager shutting down")
-		m.depFed = true
-	}
+	m.deploys(func(d *generation.Deploy) {
+		if !d.Done() {
+			d.Abort("manager shutting down")
+		}
+	})
 	for _, s := range slots {
 		m.do(s, s.sup.QuiesceAll(now))
 	}

@@ -80,6 +80,9 @@ type ClusterStatus struct {
 	Waiting     int             `json:"waiting"`   // requests queued for the cluster
 	Deploying   bool            `json:"deploying"` // a deploy is moving this cluster
 	Heartbeat   json.RawMessage `json:"heartbeat,omitempty"`
+	// Recycle is the cluster's recycling ([recycle], docs/deploys.md#recycling):
+	// the recycle running or the last one, or why a due one waits.
+	Recycle *RecycleStatus `json:"recycle,omitempty"`
 	// HostID is the mesh host holding the cluster's lease, with [mesh] set
 	// ("" while none does).
 	HostID string `json:"host_id,omitempty"`
@@ -150,7 +153,7 @@ func (m *Manager) clusterStatus(table *routeTable, s *slot, now time.Time) Clust
 	cs := ClusterStatus{
 		ID: s.id, ShardFirst: s.first, ShardLast: s.last, Generation: s.gen,
 		Restarts: v.Restarts, CrashLoop: v.CrashLoop, HeartbeatMS: -1, LastExit: v.LastExit, publicExit: v.LastExitPublic,
-		Deploying: v.Owned, HostID: m.meshOwner(s.id),
+		Deploying: v.Owned, HostID: m.meshOwner(s.id), Recycle: m.recycleStatus(s),
 	}
 	s.mu.Lock()
 	cs.Waiting = s.waitingLiveLocked()

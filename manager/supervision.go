@@ -76,7 +76,10 @@ type proc struct {
 	startTime uint64 // kernel start time: pid + start time name it for good
 	// reason is why it was spawned, for the identify budget: a first start, a
 	// restart after a death (what a crash loop spends), or a deploy.
-	reason  discord.Reason
+	reason discord.Reason
+	// resumes: a resume-handoff deploy spawned it once its predecessor was
+	// gone, to RESUME that one's sessions (its REGISTER reply carries them).
+	resumes bool
 	process supervise.Process
 
 	conn atomic.Pointer[conn] // set while registered; read by the hot path
@@ -155,10 +158,7 @@ func (m *Manager) do(s *slot, acts []supervise.Action[*proc]) {
 		case supervise.ActReady:
 			m.log.Info("cluster ready", "cluster", p.cluster, "generation", p.gen, "pid", p.pid(),
 				"after", time.Since(p.view().Spawned).Round(time.Millisecond))
-			if m.dep != nil {
-				m.dep.Ready(p.ref())
-				m.depFed = true
-			}
+			m.deploys(func(d *generation.Deploy) { d.Ready(p.ref()) })
 		case supervise.ActRecovered:
 			m.log.Info("cluster left crash loop", "cluster", p.cluster, "generation", p.gen)
 		case supervise.ActChanged:

@@ -390,3 +390,39 @@ func deploy(t *testing.T, socket string) []byte {
 	}
 	return r.Payload
 }
+
+// A recycle shows on its cluster's card: the flag names the reason while it
+// runs and after it succeeded, and carries its state.
+func TestPageShowsRecycle(t *testing.T) {
+	exe := chromium(t)
+	cfg := testConfig(t)
+	cfg.Heartbeat.Timeout = dur(3 * time.Second) // Chromium and -race share two cores
+	cfg.Recycle.Enabled, cfg.Recycle.MaxRSS = true, 96<<20
+	cfg.Recycle.Sustain, cfg.Recycle.Interval = dur(200*time.Millisecond), dur(50*time.Millisecond)
+	e := start(t, cfg)
+	st := e.WaitReady()
+
+	b := newBrowser(t, exe)
+	b.run(chromedp.Navigate(e.url + "/"))
+	b.waitJS("4 cards, no recycle flag", 10*time.Second, `(() => {
+		const cards = [...document.querySelectorAll('.card')];
+		return cards.length === 4 && cards.every(c => c.querySelector('.f-recycle').hidden);
+	})()`)
+	c := testenv.Dial(t, cfg.Socket, "grow")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Request(ctx, &ipc.Frame{Op: "sim.grow", Target: "2", Payload: []byte(`{"bytes":134217728}`)}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("card 2 recycled for rss", 20*time.Second, `(() => {
+		const f = document.querySelector('.card[data-cluster="2"] .f-recycle');
+		return !f.hidden && f.dataset.state === 'succeeded' && f.textContent === 'recycled · rss' && f.title.includes('over 96 MiB');
+	})()`)
+	newPID := e.WaitReady().Clusters[2].PID
+	if newPID == st.Clusters[2].PID {
+		t.Fatal("the page says recycled but the pid did not change")
+	}
+	b.waitJS("card 2's new pid", 5*time.Second, fmt.Sprintf(`document.querySelector('.card[data-cluster="2"]').textContent.includes('pid %d')`, newPID))
+	b.screenshot("statusws-page-recycle.png")
+	b.checkConsole()
+}

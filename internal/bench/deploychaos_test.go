@@ -113,6 +113,31 @@ func TestSwapOverheads(t *testing.T) {
 	}
 }
 
+// A resume-handoff deploy's steps run quiesce, exit, spawn, ready, route:
+// its overhead counts the manager's parts of that order, and its gap is
+// quiesce_sent_at → routed_at.
+func TestResumeOverheadsAndGap(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	st := generation.Status{
+		Started: ms(0), Mode: "resume",
+		Clusters: []generation.ClusterStatus{
+			// 0: quiesced at the start, spawned 1ms after the exit, routed 2ms after ready.
+			{New: &generation.ProcRef{Cluster: 0, Generation: 2}, QuiesceSentAt: ms(0), ExitedAt: ms(10), SpawnedAt: ms(11), ReadyAt: ms(100), RoutedAt: ms(102), ActivatedAt: ms(102)},
+			// 1: quiesced 3ms after 0's activation.
+			{New: &generation.ProcRef{Cluster: 1, Generation: 2}, QuiesceSentAt: ms(105), ExitedAt: ms(110), SpawnedAt: ms(110), ReadyAt: ms(200), RoutedAt: ms(200), ActivatedAt: ms(201)},
+		},
+	}
+	got := swapOverheads(st)
+	want := []time.Duration{3 * time.Millisecond, 4 * time.Millisecond}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("overheads %v, want %v", got, want)
+	}
+	if r := deployRun(st, ms(-5), ms(215), nil); r.GapP50MS != 95 || r.GapMaxMS != 102 {
+		t.Fatalf("gap p50 %v max %v, want 95 and 102", r.GapP50MS, r.GapMaxMS)
+	}
+}
+
 func TestUnroutedIntervalsAndDownWindows(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }

@@ -290,9 +290,9 @@ func allReady(st *rollStatus, except ...int) bool {
 }
 
 // startRollout sends DEPLOY on the control connection and returns the deploy id.
-func (f *rollFleet) startRollout(ctx context.Context, maxParallel int) (string, int64, error) {
+func (f *rollFleet) startRollout(ctx context.Context, maxParallel int, mode string) (string, int64, error) {
 	var probe books
-	r, err := f.ctl.call(ctx, &ipc.Frame{Op: ipc.OpDeploy, MaxParallel: maxParallel}, 30*time.Second, &probe)
+	r, err := f.ctl.call(ctx, &ipc.Frame{Op: ipc.OpDeploy, MaxParallel: maxParallel, Mode: mode}, 30*time.Second, &probe)
 	if err != nil {
 		return "", 0, f.mgr.proc.why(err)
 	}

@@ -366,7 +366,8 @@
     v.restarts = h('span', 'flag f-restarts');
     v.crash = h('span', 'flag f-crash', 'crash loop');
     v.waiting = h('span', 'flag f-waiting');
-    flags.append(v.routed, v.active, v.deploying, v.restarts, v.crash, v.waiting);
+    v.recycle = h('span', 'flag f-recycle');
+    flags.append(v.routed, v.active, v.deploying, v.restarts, v.crash, v.waiting, v.recycle);
 
     v.note = h('div', 'note');
 
@@ -439,17 +440,37 @@
 
     v.routed.classList.toggle('on', !!info.routed);
     v.active.classList.toggle('on', !!info.activated);
-    show(v.deploying, !!info.deploying);
+    show(v.deploying, !!info.deploying && !(info.recycle && info.recycle.recycling)); // a recycle says so itself
     show(v.restarts, info.restarts > 0);
     setText(v.restarts, '↻ ' + info.restarts);
     v.restarts.title = info.restarts + ' restart' + (info.restarts === 1 ? '' : 's') + ' (counted since the manager started)';
     show(v.crash, !!info.crash_loop && info.state !== 'crash_loop'); // else the state says it
     show(v.waiting, info.waiting > 0);
     setText(v.waiting, info.waiting + ' queued');
+    renderRecycle(v, info.recycle);
 
     renderPeers(c, now);
     renderCharts(c, now);
     tickCard(c, now);
+  }
+
+  // renderRecycle shows the cluster's recycling (STATUS's "recycle"): one
+  // in progress, the last one's reason, or why a due one waits.
+  function renderRecycle(v, r) {
+    const on = !!r && typeof r === 'object';
+    show(v.recycle, on);
+    if (!on) return;
+    const reason = String(r.reason || '');
+    let text, state;
+    if (r.recycling) { text = 'recycling · ' + reason; state = 'running'; }
+    else if (r.held) { text = 'recycle held'; state = 'held'; }
+    else { text = (r.state === 'succeeded' ? 'recycled · ' : 'recycle ' + String(r.state || '') + ' · ') + reason; state = String(r.state || ''); }
+    setText(v.recycle, text);
+    v.recycle.dataset.state = state;
+    const when = r.finished || r.started;
+    const title = r.held ? r.held + (r.held_detail ? ' (' + r.held_detail + ')' : '')
+      : String(r.detail || '') + (when ? ' · ' + new Date(when).toLocaleTimeString() : '');
+    if (v.recycle.title !== title) v.recycle.title = title;
   }
 
   function renderPeers(c, now) {
