@@ -101,6 +101,7 @@ type Manager struct {
 
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
+	router           *router    // cross-host routing; nil on a single host (meshroute.go)
 	disc             discordState
 	handoff          handoffs // QUIESCED handoffs for the next ACTIVATE (handoff.go)
 	feedDiscordDirty bool

@@ -25,6 +25,7 @@ type metrics struct {
 	identifyRefused prometheus.Counter
 	loopEvents      prometheus.Counter
 	reshardChecks   *prometheus.CounterVec // by result (reshard.go)
+	meshDropped     *prometheus.CounterVec // by reason (meshroute.go)
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -43,10 +44,12 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		loopEvents:      counter("sm_loop_events_total", "Events the manager's event loop handled; a steady cluster's heartbeats are not events."),
 		reshardChecks: counterVec("sm_reshard_checks_total", "Checks of Discord's recommended shard count by the [reshard] schedule, by result: unchanged, resharded, deferred, error.",
 			"result"),
+		meshDropped: counterVec("sm_mesh_dropped_total", "Cross-host routing's NATS messages or records dropped as garbage or impostors, by reason.",
+			"reason"),
 	}
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
-			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, collector{m})
+			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, mt.meshDropped, collector{m})
 	}
 	return mt
 }

@@ -25,6 +25,7 @@ type Owners struct {
 	base  time.Time // the monotonic origin of the expiries
 	// ready is closed once the watch has delivered the bucket's initial values.
 	ready chan struct{}
+	done  chan struct{} // closed when the watch has stopped
 }
 
 // ownerSlot is one cluster's holder: written by the watch, read by anyone.
@@ -38,13 +39,16 @@ type ownerSlot struct {
 // stops (the connection's ordered consumer recovers from most of that on
 // its own); log hears why.
 func (s *Store) WatchOwners(ctx context.Context, clusters int, log *slog.Logger) *Owners {
-	o := &Owners{slots: make([]ownerSlot, clusters), lease: s.Timing.Lease, base: time.Now(), ready: make(chan struct{})}
+	o := &Owners{slots: make([]ownerSlot, clusters), lease: s.Timing.Lease, base: time.Now(), ready: make(chan struct{}), done: make(chan struct{})}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	go o.run(ctx, s.leases, log)
 	return o
 }
+
+// Done is closed once the watch has stopped, after its context ended.
+func (o *Owners) Done() <-chan struct{} { return o.done }
 
 // Ready is closed once the watch has read the bucket's initial values.
 func (o *Owners) Ready() <-chan struct{} { return o.ready }
@@ -84,6 +88,7 @@ func (o *Owners) Hosts() []Holder {
 }
 
 func (o *Owners) run(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) {
+	defer close(o.done)
 	first := true
 	for ctx.Err() == nil {
 		w, err := kv.WatchAll(ctx)

@@ -1,0 +1,450 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sm-supervisor/sm/internal/jsonscan"
+	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/mesh"
+)
+
+// Cross-host routing (docs/multihost.md). A request for a cluster another
+// host holds is forwarded to that host over NATS (mesh/forward.go is the
+// wire format), where it runs as if a client of that host had sent it; the
+// reply comes back to this host, which answers its client with the client's
+// own id. Only this host answers the client, so exactly one REPLY holds
+// across hosts: the pending request is claimed once, by the reply, its
+// deadline, the owner's absence or a failure.
+
+// router is a manager's part of cross-host routing; nil on a single host.
+type router struct {
+	m      *Manager
+	nc     *nats.Conn
+	me     mesh.Holder
+	name   string
+	repSub string // this boot's reply subject
+	owners *mesh.Owners
+	max    int // mesh.max_forwards
+
+	subs       []*nats.Subscription
+	stopOwners context.CancelFunc
+
+	fmu sync.Mutex          // guards fwd
+	fwd map[uint64]*pending // requests forwarded to other hosts, by forward id
+	seq atomic.Uint64
+
+	dropped *prometheus.CounterVec // garbage and impostors, by reason
+
+	// Each subscription's handler runs on one goroutine of its own, and
+	// holds back what it sends until no message is left for it: the frames
+	// it hands local processes and clients (batch) and the NATS messages
+	// it sends (out).
+	reqBatch, repBatch ipc.Batch
+	reqOut, repOut     natsOut
+}
+
+// Reasons a message or record is dropped (sm_mesh_dropped_total).
+const (
+	dropFormat  = "bad_format"      // not our wire format, cut short, or a payload that is no JSON
+	dropUnknown = "unknown_forward" // a reply for a forward id not in flight (late, after its deadline, or made up)
+	dropBoot    = "wrong_boot"      // a reply from another boot than the one the request went to
+)
+
+// natsOut gathers the records bound for each subject until flush: then each
+// subject's leave as one NATS message. Used by one goroutine at a time.
+type natsOut struct {
+	subj []string
+	bufs [][]byte
+}
+
+// buf returns the message being gathered for subject, started as kind.
+func (o *natsOut) buf(subject string, kind byte, me mesh.Holder) *[]byte {
+	for i, s := range o.subj {
+		if s == subject {
+			return &o.bufs[i]
+		}
+	}
+	o.subj = append(o.subj, subject)
+	o.bufs = append(o.bufs, mesh.AppendHeader(nil, kind, me))
+	return &o.bufs[len(o.bufs)-1]
+}
+
+// flush publishes what was gathered, replies to the requests asked for at
+// reply.
+func (o *natsOut) flush(nc *nats.Conn, reply string) {
+	for i, s := range o.subj {
+		if reply != "" && o.bufs[i][len("smf1")] == mesh.KindRequests {
+			_ = nc.PublishMsg(&nats.Msg{Subject: s, Reply: reply, Data: o.bufs[i]})
+		} else {
+			_ = nc.Publish(s, o.bufs[i])
+		}
+	}
+	clear(o.subj)
+	o.subj, o.bufs = o.subj[:0], o.bufs[:0]
+}
+
+func (o *natsOut) empty() bool { return len(o.subj) == 0 }
+
+// newRouter makes m's router and starts its watch of the leases, which
+// stop ends.
+func newRouter(m *Manager, nc *nats.Conn, me mesh.Holder, st *mesh.Store) *router {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &router{stopOwners: cancel, owners: st.WatchOwners(ctx, m.table().topo.Clusters(), m.log),m: m, nc: nc, me: me, name: m.cfg.Mesh.Name, repSub: mesh.ReplySubject(m.cfg.Mesh.Name, me),
+		max: m.cfg.Mesh.MaxForwards, fwd: map[uint64]*pending{}, dropped: m.metrics.meshDropped}
+	for _, why := range []string{dropFormat, dropUnknown, dropBoot} {
+		r.dropped.WithLabelValues(why)
+	}
+	return r
+}
+
+// start subscribes to this host's request subject and this boot's reply
+// subject.
+func (r *router) start() error {
+	for _, s := range []struct {
+		subj string
+		fn   func(*nats.Subscription, *nats.Msg)
+	}{{mesh.ReqSubject(r.name, r.me.Host), r.onRequests}, {r.repSub, r.onReplies}} {
+		var sub *nats.Subscription
+		sub, err := r.nc.Subscribe(s.subj, func(msg *nats.Msg) { s.fn(sub, msg) })
+		if err != nil {
+			return err
+		}
+		_ = sub.SetPendingLimits(-1, 256<<20)
+		r.subs = append(r.subs, sub)
+	}
+	return r.nc.Flush()
+}
+
+// stop unsubscribes, so that no more requests come in, and ends the watch.
+func (r *router) stop() {
+	for _, s := range r.subs {
+		_ = s.Unsubscribe()
+	}
+	r.stopOwners()
+	<-r.owners.Done()
+}
+
+// idle reports whether sub, from inside its handler, has nothing more
+// queued: the moment to let what was held back go. nats.go counts the
+// message being handled as pending until its handler returns.
+func idle(sub *nats.Subscription) bool {
+	n, _, err := sub.Pending()
+	return err != nil || n <= 1
+}
+
+func (r *router) drop(why string) { r.dropped.WithLabelValues(why).Inc() }
+
+// hop decides where a request for cluster c, which this host does not run,
+// goes (mesh.FirstHop). A request another host forwarded here never goes on:
+// if it is not starting here, its sender learns it moved.
+func (m *Manager) hop(c int, p *pending) mesh.Hop {
+	r := m.router
+	if r == nil {
+		return mesh.Hop{Kind: mesh.HopFail, Why: "it is not held by this host"}
+	}
+	owner, ok := r.owners.Owner(c)
+	if p.rem != nil && (!ok || owner != r.me) {
+		return mesh.Hop{Kind: mesh.HopFail, Why: "moved"}
+	}
+	return mesh.FirstHop(r.me, false, owner, ok)
+}
+
+// routeAway carries out a hop other than local for p, bound for cluster c.
+func (m *Manager) routeAway(c int, p *pending, h mesh.Hop) {
+	switch {
+	case p.rem != nil:
+		if p.claim() {
+			m.router.answer(p.nout, p.rem, mesh.Reply{ID: p.rem.id, Status: mesh.StatusMoved})
+		}
+	case h.Kind == mesh.HopForward:
+		m.router.send(h.To, c, p)
+	default:
+		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is not reachable: %s", c, h.Why))
+	}
+}
+
+// remoteOrigin is where the reply to a request another host forwarded here goes.
+type remoteOrigin struct {
+	to string // the sender's reply subject (per boot)
+	id uint64 // its forward id
+}
+
+// send forwards p, bound for cluster c, to host to.
+func (r *router) send(to mesh.Holder, c int, p *pending) {
+	m := r.m
+	left := time.Until(p.deadline)
+	if left <= 0 {
+		m.expire(p)
+		return
+	}
+	wantsReply := p.origID != "" || p.bc != nil
+	var fid uint64
+	if wantsReply {
+		r.fmu.Lock()
+		if len(r.fwd) >= r.max {
+			r.fmu.Unlock()
+			m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "%d requests already forwarded to other hosts await their replies (mesh.max_forwards)", r.max))
+			return
+		}
+		fid = r.seq.Add(1)
+		p.cluster = c
+		p.via.Store(&to)
+		p.fid.Store(fid)
+		r.fwd[fid] = p
+		r.fmu.Unlock()
+		if p.timer == nil {
+			m.arm(p)
+		}
+		if p.done.Load() {
+			r.forget(p) // the deadline passed while we were registering it
+			return
+		}
+	}
+	rec := mesh.Request{ID: fid, Cluster: c, Deadline: uint64(left / time.Microsecond),
+		Op: []byte(p.f.Op), Target: []byte(p.f.Target), Payload: p.f.Payload}
+	if p.bc != nil {
+		rec.Flags = mesh.FlagPart
+	}
+	out := p.nout
+	if out == nil {
+		out = &natsOut{}
+		defer out.flush(r.nc, r.repSub)
+	}
+	b := out.buf(mesh.ReqSubject(r.name, to.Host), mesh.KindRequests, r.me)
+	*b = mesh.AppendRequest(*b, rec)
+	m.metrics.forwarded.Inc()
+	if !wantsReply {
+		p.claim()
+	}
+}
+
+// forget takes p off the forward table.
+func (r *router) forget(p *pending) {
+	fid := p.fid.Load()
+	if fid == 0 {
+		return
+	}
+	r.fmu.Lock()
+	if r.fwd[fid] == p {
+		delete(r.fwd, fid)
+	}
+	r.fmu.Unlock()
+}
+
+// answer sends the reply to a request another host forwarded here: held
+// back in out, or sent at once with out nil.
+func (r *router) answer(out *natsOut, o *remoteOrigin, rep mesh.Reply) {
+	if out == nil {
+		out = &natsOut{}
+		defer out.flush(r.nc, "")
+	}
+	b := out.buf(o.to, mesh.KindReplies, r.me)
+	*b = mesh.AppendReply(*b, rep)
+}
+
+// answerResult is answer for a result or an error.
+func (r *router) answerResult(out *natsOut, o *remoteOrigin, payload json.RawMessage, e *ipc.Error) {
+	rep := mesh.Reply{ID: o.id, Status: mesh.StatusOK, Payload: payload}
+	if e != nil {
+		rep = mesh.Reply{ID: o.id, Status: mesh.StatusError, Code: []byte(e.Code), Message: []byte(e.Message)}
+	}
+	r.answer(out, o, rep)
+}
+
+// onRequests runs the requests another host forwarded here, each as if a
+// client of this host had sent it.
+func (r *router) onRequests(sub *nats.Subscription, msg *nats.Msg) {
+	defer func() {
+		if idle(sub) {
+			r.reqBatch.Flush()
+			r.reqOut.flush(r.nc, "")
+		}
+	}()
+	kind, from, rest, err := mesh.ParseHeader(msg.Data)
+	if err != nil || kind != mesh.KindRequests {
+		r.drop(dropFormat)
+		return
+	}
+	m := r.m
+	replyTo := mesh.ReplySubject(r.name, from)
+	for len(rest) > 0 {
+		var q mesh.Request
+		if q, rest, err = mesh.NextRequest(rest); err != nil {
+			r.drop(dropFormat)
+			return
+		}
+		if !utf8.Valid(q.Op) || !utf8.Valid(q.Target) || len(q.Op) == 0 || !validJSON(q.Payload) {
+			r.drop(dropFormat)
+			continue
+		}
+		now := time.Now()
+		f := &ipc.Frame{Op: string(q.Op), Target: string(q.Target)}
+		if len(q.Payload) > 0 {
+			f.Payload = q.Payload // the message's own bytes, not reused
+		}
+		p := &pending{f: f, queued: now, deadline: now.Add(time.Duration(q.Deadline) * time.Microsecond),
+			batch: &r.reqBatch, nout: &r.reqOut, cluster: q.Cluster}
+		if q.ID != 0 {
+			p.rem = &remoteOrigin{to: replyTo, id: q.ID}
+		}
+		if m.stopping.Load() {
+			m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "the manager on host %s is shutting down", r.me.Host))
+			continue
+		}
+		table := m.table()
+		if q.Cluster >= len(table.procs) {
+			m.fail(p, ipc.Errorf(ipc.CodeUnknownTarget, "cluster %d is not in host %s's topology", q.Cluster, r.me.Host))
+			continue
+		}
+		m.arm(p) // its own deadline: the sender's, less the way here
+		if q.Flags&mesh.FlagPart != 0 && !table.procs[q.Cluster].usable() && !table.slots[q.Cluster].remote.Load() {
+			m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", q.Cluster))
+			continue
+		}
+		m.dispatch(table, q.Cluster, p)
+	}
+}
+
+// onReplies completes the requests this boot forwarded with their replies.
+func (r *router) onReplies(sub *nats.Subscription, msg *nats.Msg) {
+	defer func() {
+		if idle(sub) {
+			r.repBatch.Flush()
+			r.repOut.flush(r.nc, r.repSub)
+		}
+	}()
+	if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+		host, _ := strings.CutPrefix(msg.Header.Get("Nats-Subject"), r.name+".req.")
+		r.failVia(host, "its manager does not answer (no responders)")
+		return
+	}
+	kind, from, rest, err := mesh.ParseHeader(msg.Data)
+	if err != nil || kind != mesh.KindReplies {
+		r.drop(dropFormat)
+		return
+	}
+	m := r.m
+	for len(rest) > 0 {
+		var rep mesh.Reply
+		if rep, rest, err = mesh.NextReply(rest); err != nil {
+			r.drop(dropFormat)
+			return
+		}
+		if rep.Status == mesh.StatusOK && !validJSON(rep.Payload) {
+			r.drop(dropFormat)
+			continue
+		}
+		r.fmu.Lock()
+		p := r.fwd[rep.ID]
+		switch {
+		case p == nil:
+			r.fmu.Unlock()
+			r.drop(dropUnknown)
+			continue
+		case *p.via.Load() != from:
+			r.fmu.Unlock()
+			r.drop(dropBoot)
+			continue
+		}
+		delete(r.fwd, rep.ID)
+		r.fmu.Unlock()
+		switch rep.Status {
+		case mesh.StatusMoved:
+			r.retry(p, from)
+		case mesh.StatusOK:
+			if p.claim() {
+				m.deliverVia(&r.repBatch, &r.repOut, p, rep.Payload, nil)
+			}
+		default:
+			if p.claim() {
+				m.deliverVia(&r.repBatch, &r.repOut, p, nil, &ipc.Error{Code: string(rep.Code), Message: string(rep.Message)})
+			}
+		}
+	}
+}
+
+// retry routes a request whose owner said the cluster moved, once more,
+// under the owners as the watch sees them now (mesh.Retry).
+func (r *router) retry(p *pending, from mesh.Holder) {
+	m := r.m
+	c := p.cluster
+	table := m.table()
+	if c >= len(table.slots) || p.done.Load() {
+		return
+	}
+	owner, ok := r.owners.Owner(c)
+	h := mesh.Retry(r.me, from, p.tries, !table.slots[c].remote.Load(), owner, ok)
+	p.tries++
+	p.fid.Store(0)
+	p.batch, p.nout = &r.repBatch, &r.repOut
+	switch h.Kind {
+	case mesh.HopLocal:
+		m.dispatch(table, c, p)
+	case mesh.HopForward:
+		r.send(h.To, c, p)
+	default:
+		m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is not reachable: %s", c, h.Why))
+	}
+}
+
+// failVia fails every request in flight to host: its manager is gone.
+func (r *router) failVia(host, why string) {
+	var lost []*pending
+	r.fmu.Lock()
+	for id, p := range r.fwd {
+		if p.via.Load().Host == host {
+			delete(r.fwd, id)
+			lost = append(lost, p)
+		}
+	}
+	r.fmu.Unlock()
+	for _, p := range lost {
+		if p.claim() {
+			r.m.deliver(p, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is on host %s, and %s", p.cluster, host, why))
+		}
+	}
+}
+
+// failAll fails every request in flight to another host (shutdown).
+func (r *router) failAll(e *ipc.Error) {
+	r.fmu.Lock()
+	all := r.fwd
+	r.fwd = map[uint64]*pending{}
+	r.fmu.Unlock()
+	for _, p := range all {
+		r.m.fail(p, e)
+	}
+}
+
+// validJSON reports whether b is one JSON value (or empty: no payload): the
+// fast scanner first, encoding/json for what it gives up on (nesting past
+// its depth). The frame it came in was checked against limits.max_json_depth
+// on the host that read it.
+func validJSON(b []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	s := jsonscan.New(b)
+	s.WS()
+	if s.Value(1) {
+		s.WS()
+		return s.Done()
+	}
+	return json.Valid(b)
+}
+
+// flushNATS lets go what c's reader held back for other hosts.
+func (m *Manager) flushNATS(c *conn) {
+	if !c.nout.empty() {
+		c.nout.flush(m.router.nc, m.router.repSub)
+	}
+}
