@@ -98,7 +98,7 @@ func (o *natsOut) empty() bool { return len(o.subj) == 0 }
 // stop ends.
 func newRouter(m *Manager, nc *nats.Conn, me mesh.Holder, st *mesh.Store) *router {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &router{stopOwners: cancel, owners: st.WatchOwners(ctx, m.table().topo.Clusters(), m.log),m: m, nc: nc, me: me, name: m.cfg.Mesh.Name, repSub: mesh.ReplySubject(m.cfg.Mesh.Name, me),
+	r := &router{stopOwners: cancel, owners: st.WatchOwners(ctx, m.table().topo.Clusters(), m.log), m: m, nc: nc, me: me, name: m.cfg.Mesh.Name, repSub: mesh.ReplySubject(m.cfg.Mesh.Name, me),
 		max: m.cfg.Mesh.MaxForwards, fwd: map[uint64]*pending{}, dropped: m.metrics.meshDropped}
 	for _, why := range []string{dropFormat, dropUnknown, dropBoot} {
 		r.dropped.WithLabelValues(why)
