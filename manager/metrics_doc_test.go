@@ -29,6 +29,8 @@ var metricsDocConditional = map[string]string{
 	"sm_deploys_total": "no series until the first deploy finishes",
 	// TestReshardWhenDiscordAsks checks its series.
 	"sm_reshard_checks_total": "no series while [reshard] is off",
+	// Its reasons are made at 0 only in a mesh: this test's manager is one host.
+	"sm_mesh_dropped_total": "only with [mesh] (TestMeshForwardTimeoutAndImpostors scrapes it)",
 }
 
 // docRow is one metric row of a table in docs/metrics.md:
