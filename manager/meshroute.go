@@ -38,8 +38,12 @@ type router struct {
 	subs       []*nats.Subscription
 	stopOwners context.CancelFunc
 
-	fmu sync.Mutex          // guards fwd
+	fmu sync.Mutex          // guards fwd and dl
 	fwd map[uint64]*pending // requests forwarded to other hosts, by forward id
+	// dl times the forwards with the default timeout, as Manager.dl does
+	// the requests sent to local processes (deadline.go): one timer, not one
+	// per request.
+	dl deadlines
 	seq atomic.Uint64
 
 	dropped *prometheus.CounterVec // garbage and impostors, by reason
@@ -200,10 +204,10 @@ func (r *router) send(to mesh.Holder, c int, p *pending) {
 		p.via.Store(&to)
 		p.fid.Store(fid)
 		r.fwd[fid] = p
-		r.fmu.Unlock()
 		if p.timer == nil {
-			m.arm(p)
+			r.dl.push(p, r.sweep)
 		}
+		r.fmu.Unlock()
 		if p.done.Load() {
 			r.forget(p) // the deadline passed while we were registering it
 			return
@@ -237,7 +241,22 @@ func (r *router) forget(p *pending) {
 	if r.fwd[fid] == p {
 		delete(r.fwd, fid)
 	}
+	r.dl.unlink(p)
 	r.fmu.Unlock()
+}
+
+// sweep is the forwards' shared deadline timer.
+func (r *router) sweep() {
+	r.fmu.Lock()
+	due := r.dl.due(time.Now(), func(p *pending) {
+		if fid := p.fid.Load(); r.fwd[fid] == p {
+			delete(r.fwd, fid)
+		}
+	})
+	r.fmu.Unlock()
+	for _, p := range due {
+		r.m.expire(p)
+	}
 }
 
 // answer sends the reply to a request another host forwarded here: held
@@ -305,7 +324,10 @@ func (r *router) onRequests(sub *nats.Subscription, msg *nats.Msg) {
 			m.fail(p, ipc.Errorf(ipc.CodeUnknownTarget, "cluster %d is not in host %s's topology", q.Cluster, r.me.Host))
 			continue
 		}
-		m.arm(p) // its own deadline: the sender's, less the way here
+		// No timer of its own: the shared list times it once it is sent
+		// (its deadline, the sender's less the way here, is about in send
+		// order), and one that waits for its cluster gets one. Its expiry
+		// only forgets it: the sending host answers the timeout.
 		if q.Flags&mesh.FlagPart != 0 && !table.procs[q.Cluster].usable() && !table.slots[q.Cluster].remote.Load() {
 			m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", q.Cluster))
 			continue
@@ -356,6 +378,7 @@ func (r *router) onReplies(sub *nats.Subscription, msg *nats.Msg) {
 			continue
 		}
 		delete(r.fwd, rep.ID)
+		r.dl.unlink(p)
 		r.fmu.Unlock()
 		switch rep.Status {
 		case mesh.StatusMoved:
@@ -403,6 +426,7 @@ func (r *router) failVia(host, why string) {
 	for id, p := range r.fwd {
 		if p.via.Load().Host == host {
 			delete(r.fwd, id)
+			r.dl.unlink(p)
 			lost = append(lost, p)
 		}
 	}
@@ -419,6 +443,7 @@ func (r *router) failAll(e *ipc.Error) {
 	r.fmu.Lock()
 	all := r.fwd
 	r.fwd = map[uint64]*pending{}
+	r.dl.clear()
 	r.fmu.Unlock()
 	for _, p := range all {
 		r.m.fail(p, e)

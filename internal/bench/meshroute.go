@@ -99,6 +99,7 @@ func runMeshCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runMesh(ctx context.Context, o meshOptions) (rep *meshReport, err error) {
+	orDefaultIfZero(&o.Progress, io.Discard)
 	if o.ManagerBin == "" || o.NATSBin == "" {
 		return nil, errors.New("mesh: need the sm-manager and nats-server binaries")
 	}
