@@ -43,7 +43,7 @@ type router struct {
 	// dl times the forwards with the default timeout, as Manager.dl does
 	// the requests sent to local processes (deadline.go): one timer, not one
 	// per request.
-	dl deadlines
+	dl  deadlines
 	seq atomic.Uint64
 
 	dropped *prometheus.CounterVec // garbage and impostors, by reason
