@@ -63,40 +63,83 @@ const (
 	dropBoot    = "wrong_boot"      // a reply from another boot than the one the request went to
 )
 
-// natsOut gathers the records bound for each subject until flush: then each
-// subject's leave as one NATS message. Used by one goroutine at a time.
+// natsOut gathers the records bound for each subject until flush: then
+// each subject's leave as one NATS message. A message is let go early once
+// it holds maxBatch records, so that the receiver works on the first part
+// of a long batch while the rest is on its way: one message per 64
+// requests in flight made the hop lock-step (all out, all back). Used by
+// one goroutine at a time.
 type natsOut struct {
-	subj []string
-	bufs [][]byte
+	outs []outMsg
+	n    int // outs in use; the rest keep their buffers for reuse
 }
 
-// buf returns the message being gathered for subject, started as kind.
-func (o *natsOut) buf(subject string, kind byte, me mesh.Holder) *[]byte {
-	for i, s := range o.subj {
-		if s == subject {
-			return &o.bufs[i]
+// outMsg is one NATS message being gathered.
+type outMsg struct {
+	subj string
+	host string // for requests: the host they go to
+	kind byte
+	recs int
+	buf  []byte
+}
+
+// maxBatch is the most records one NATS message carries.
+const maxBatch = 16
+
+// msg returns the message being gathered for subject, started as kind from me.
+func (o *natsOut) msg(subject, host string, kind byte, me mesh.Holder) *outMsg {
+	for i := range o.n {
+		if m := &o.outs[i]; m.subj == subject {
+			return m
 		}
 	}
-	o.subj = append(o.subj, subject)
-	o.bufs = append(o.bufs, mesh.AppendHeader(nil, kind, me))
-	return &o.bufs[len(o.bufs)-1]
-}
-
-// flush publishes what was gathered, replies to the requests asked for at
-// reply.
-func (o *natsOut) flush(nc *nats.Conn, reply string) {
-	for i, s := range o.subj {
-		if reply != "" && o.bufs[i][len("smf1")] == mesh.KindRequests {
-			_ = nc.PublishMsg(&nats.Msg{Subject: s, Reply: reply, Data: o.bufs[i]})
-		} else {
-			_ = nc.Publish(s, o.bufs[i])
-		}
+	if o.n == len(o.outs) {
+		o.outs = append(o.outs, outMsg{})
 	}
-	clear(o.subj)
-	o.subj, o.bufs = o.subj[:0], o.bufs[:0]
+	m := &o.outs[o.n]
+	o.n++
+	m.subj, m.host, m.kind, m.recs = subject, host, kind, 0
+	m.buf = mesh.AppendHeader(m.buf[:0], kind, me)
+	return m
 }
 
-func (o *natsOut) empty() bool { return len(o.subj) == 0 }
+// added counts a record appended to m, and lets m go at maxBatch.
+func (o *natsOut) added(r *router, m *outMsg) {
+	if m.recs++; m.recs < maxBatch {
+		return
+	}
+	r.publish(m)
+	m.recs = 0
+	m.buf = mesh.AppendHeader(m.buf[:0], m.kind, r.me)
+}
+
+// flush publishes what was gathered.
+func (o *natsOut) flush(r *router) {
+	for i := range o.n {
+		if m := &o.outs[i]; m.recs > 0 {
+			r.publish(m)
+		}
+		o.outs[i].subj = ""
+	}
+	o.n = 0
+}
+
+func (o *natsOut) empty() bool { return o.n == 0 }
+
+// publish sends m (nats.go copies it). Requests carry this boot's reply
+// subject, so that NATS answers "no responders" when their host's manager
+// is gone; a request message that cannot leave at all (the connection is
+// down, and nothing is buffered while it is: mesh.Connect) fails the
+// requests in flight to its host now rather than at their deadline.
+func (r *router) publish(m *outMsg) {
+	if m.kind != mesh.KindRequests {
+		_ = r.nc.Publish(m.subj, m.buf)
+		return
+	}
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: m.subj, Reply: r.repSub, Data: m.buf}); err != nil {
+		r.failVia(m.host, "NATS is not reachable from this host ("+err.Error()+")")
+	}
+}
 
 // newRouter makes m's router and starts its watch of the leases, which
 // stop ends.
@@ -221,10 +264,11 @@ func (r *router) send(to mesh.Holder, c int, p *pending) {
 	out := p.nout
 	if out == nil {
 		out = &natsOut{}
-		defer out.flush(r.nc, r.repSub)
+		defer out.flush(r)
 	}
-	b := out.buf(mesh.ReqSubject(r.name, to.Host), mesh.KindRequests, r.me)
-	*b = mesh.AppendRequest(*b, rec)
+	msg := out.msgTo(r, to.Host)
+	msg.buf = mesh.AppendRequest(msg.buf, rec)
+	out.added(r, msg)
 	m.metrics.forwarded.Inc()
 	if !wantsReply {
 		p.claim()
@@ -264,10 +308,11 @@ func (r *router) sweep() {
 func (r *router) answer(out *natsOut, o *remoteOrigin, rep mesh.Reply) {
 	if out == nil {
 		out = &natsOut{}
-		defer out.flush(r.nc, "")
+		defer out.flush(r)
 	}
-	b := out.buf(o.to, mesh.KindReplies, r.me)
-	*b = mesh.AppendReply(*b, rep)
+	msg := out.msg(o.to, "", mesh.KindReplies, r.me)
+	msg.buf = mesh.AppendReply(msg.buf, rep)
+	out.added(r, msg)
 }
 
 // answerResult is answer for a result or an error.
@@ -285,7 +330,7 @@ func (r *router) onRequests(sub *nats.Subscription, msg *nats.Msg) {
 	defer func() {
 		if idle(sub) {
 			r.reqBatch.Flush()
-			r.reqOut.flush(r.nc, "")
+			r.reqOut.flush(r)
 		}
 	}()
 	kind, from, rest, err := mesh.ParseHeader(msg.Data)
@@ -341,7 +386,7 @@ func (r *router) onReplies(sub *nats.Subscription, msg *nats.Msg) {
 	defer func() {
 		if idle(sub) {
 			r.repBatch.Flush()
-			r.repOut.flush(r.nc, r.repSub)
+			r.repOut.flush(r)
 		}
 	}()
 	if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
@@ -470,6 +515,17 @@ func validJSON(b []byte) bool {
 // flushNATS lets go what c's reader held back for other hosts.
 func (m *Manager) flushNATS(c *conn) {
 	if !c.nout.empty() {
-		c.nout.flush(m.router.nc, m.router.repSub)
+		c.nout.flush(m.router)
 	}
+}
+
+// msgTo returns the request message being gathered for host; its subject is
+// made once per message, not per request.
+func (o *natsOut) msgTo(r *router, host string) *outMsg {
+	for i := range o.n {
+		if m := &o.outs[i]; m.kind == mesh.KindRequests && m.host == host {
+			return m
+		}
+	}
+	return o.msg(mesh.ReqSubject(r.name, host), host, mesh.KindRequests, r.me)
 }
