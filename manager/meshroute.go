@@ -160,8 +160,7 @@ func (r *router) start() error {
 		subj string
 		fn   func(*nats.Subscription, *nats.Msg)
 	}{{mesh.ReqSubject(r.name, r.me.Host), r.onRequests}, {r.repSub, r.onReplies}} {
-		var sub *nats.Subscription
-		sub, err := r.nc.Subscribe(s.subj, func(msg *nats.Msg) { s.fn(sub, msg) })
+		sub, err := r.nc.Subscribe(s.subj, func(msg *nats.Msg) { s.fn(msg.Sub, msg) })
 		if err != nil {
 			return err
 		}
@@ -199,7 +198,7 @@ func (m *Manager) hop(c int, p *pending) mesh.Hop {
 		return mesh.Hop{Kind: mesh.HopFail, Why: "it is not held by this host"}
 	}
 	owner, ok := r.owners.Owner(c)
-	if p.rem != nil && (!ok || owner != r.me) {
+	if p.remote && (!ok || owner != r.me) {
 		return mesh.Hop{Kind: mesh.HopFail, Why: "moved"}
 	}
 	return mesh.FirstHop(r.me, false, owner, ok)
@@ -208,8 +207,8 @@ func (m *Manager) hop(c int, p *pending) mesh.Hop {
 // routeAway carries out a hop other than local for p, bound for cluster c.
 func (m *Manager) routeAway(c int, p *pending, h mesh.Hop) {
 	switch {
-	case p.rem != nil:
-		if p.claim() {
+	case p.remote:
+		if p.claim() && p.rem != nil {
 			m.router.answer(p.nout, p.rem, mesh.Reply{ID: p.rem.id, Status: mesh.StatusMoved})
 		}
 	case h.Kind == mesh.HopForward:
@@ -356,7 +355,7 @@ func (r *router) onRequests(sub *nats.Subscription, msg *nats.Msg) {
 			f.Payload = q.Payload // the message's own bytes, not reused
 		}
 		p := &pending{f: f, queued: now, deadline: now.Add(time.Duration(q.Deadline) * time.Microsecond),
-			batch: &r.reqBatch, nout: &r.reqOut, cluster: q.Cluster}
+			batch: &r.reqBatch, nout: &r.reqOut, cluster: q.Cluster, remote: true}
 		if q.ID != 0 {
 			p.rem = &remoteOrigin{to: replyTo, id: q.ID}
 		}
@@ -456,6 +455,11 @@ func (r *router) retry(p *pending, from mesh.Holder) {
 	p.batch, p.nout = &r.repBatch, &r.repOut
 	switch h.Kind {
 	case mesh.HopLocal:
+		if p.bc != nil && !table.procs[c].usable() {
+			// A broadcast's part waits for no cluster, here as anywhere.
+			m.fail(p, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", c))
+			return
+		}
 		m.dispatch(table, c, p)
 	case mesh.HopForward:
 		r.send(h.To, c, p)

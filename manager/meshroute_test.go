@@ -247,6 +247,8 @@ func TestMeshForwardTimeoutAndImpostors(t *testing.T) {
 	in = mesh.AppendRequest(in, mesh.Request{ID: 7, Cluster: 1, Deadline: 5_000_000, Op: []byte("echo"), Target: []byte("1"), Payload: []byte(`[ "x" ]`)})
 	in = mesh.AppendRequest(in, mesh.Request{ID: 8, Cluster: 3, Deadline: 5_000_000, Op: []byte("echo"), Target: []byte("3")})
 	in = mesh.AppendRequest(in, mesh.Request{ID: 9, Cluster: 0, Deadline: 5_000_000, Op: []byte("echo"), Target: []byte("0"), Payload: []byte(`nope`)})
+	// No reply wanted, for a cluster not on a: dropped, never forwarded on.
+	in = mesh.AppendRequest(in, mesh.Request{ID: 0, Cluster: 2, Deadline: 5_000_000, Op: []byte("echo"), Target: []byte("2")})
 	if err := x.nc.Publish(mesh.ReqSubject("sm", "a"), in); err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +276,11 @@ func TestMeshForwardTimeoutAndImpostors(t *testing.T) {
 		t.Errorf("a request for cluster 3 on a: %+v", r)
 	}
 	testenv.WaitFor(t, 5*time.Second, "the request whose payload is no JSON dropped", func() bool { return e.dropped("bad_format") == bad+4 })
+	select {
+	case m := <-x.reqs:
+		t.Fatalf("a forwarded a request from x on: %q", m.Data)
+	case <-time.After(200 * time.Millisecond):
+	}
 
 	// x's manager gone: no responders, unavailable at once.
 	if err := x.sub.Unsubscribe(); err != nil {

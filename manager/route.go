@@ -70,10 +70,12 @@ type pending struct {
 	batch *ipc.Batch
 	nout  *natsOut
 
-	// Cross-host routing (meshroute.go). rem is set on a request another
-	// host forwarded here: its reply goes back there. On one this host
+	// Cross-host routing (meshroute.go). remote marks a request another
+	// host forwarded here, never forwarded on; rem, set on those that want a
+	// reply, is where it goes. On one this host
 	// forwarded: cluster is its cluster, via the boot it went to and fid its
 	// forward id while in flight, tries the retries after a MOVED.
+	remote  bool
 	rem     *remoteOrigin
 	cluster int
 	tries   int
@@ -370,7 +372,7 @@ func (m *Manager) expire(p *pending) {
 		return
 	}
 	m.forget(p)
-	if p.rem != nil {
+	if p.remote {
 		return // the sending host times it out itself
 	}
 	if via := p.via.Load(); via != nil && p.fid.Load() != 0 {
