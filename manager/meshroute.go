@@ -54,6 +54,8 @@ type router struct {
 	// it sends (out).
 	reqBatch, repBatch ipc.Batch
 	reqOut, repOut     natsOut
+	// lastOp and lastTarget are onRequests's interned strings (intern).
+	lastOp, lastTarget string
 }
 
 // Reasons a message or record is dropped (sm_mesh_dropped_total).
@@ -218,6 +220,23 @@ func (m *Manager) routeAway(c int, p *pending, h mesh.Hop) {
 	}
 }
 
+// inbound is a request another host forwarded here, allocated at once.
+type inbound struct {
+	p pending
+	f ipc.Frame
+	o remoteOrigin
+}
+
+// intern returns b as a string, the one in *last if it is the same: a
+// batch's requests mostly share their op and target, and this spares a
+// string each. Only onRequests's goroutine uses last.
+func (r *router) intern(last *string, b []byte) string {
+	if string(b) != *last {
+		*last = string(b)
+	}
+	return *last
+}
+
 // remoteOrigin is where the reply to a request another host forwarded here goes.
 type remoteOrigin struct {
 	to string // the sender's reply subject (per boot)
@@ -350,14 +369,18 @@ func (r *router) onRequests(sub *nats.Subscription, msg *nats.Msg) {
 			continue
 		}
 		now := time.Now()
-		f := &ipc.Frame{Op: string(q.Op), Target: string(q.Target)}
+		// One allocation for the request, its frame and where it came from.
+		in := &inbound{}
+		p, f := &in.p, &in.f
+		f.Op, f.Target = r.intern(&r.lastOp, q.Op), r.intern(&r.lastTarget, q.Target)
 		if len(q.Payload) > 0 {
 			f.Payload = q.Payload // the message's own bytes, not reused
 		}
-		p := &pending{f: f, queued: now, deadline: now.Add(time.Duration(q.Deadline) * time.Microsecond),
-			batch: &r.reqBatch, nout: &r.reqOut, cluster: q.Cluster, remote: true}
+		p.f, p.queued, p.deadline = f, now, now.Add(time.Duration(q.Deadline)*time.Microsecond)
+		p.batch, p.nout, p.cluster, p.remote = &r.reqBatch, &r.reqOut, q.Cluster, true
 		if q.ID != 0 {
-			p.rem = &remoteOrigin{to: replyTo, id: q.ID}
+			in.o = remoteOrigin{to: replyTo, id: q.ID}
+			p.rem = &in.o
 		}
 		if m.stopping.Load() {
 			m.fail(p, ipc.Errorf(ipc.CodeShuttingDown, "the manager on host %s is shutting down", r.me.Host))
