@@ -276,6 +276,10 @@ type Mesh struct {
 	// mesh's buckets: 3 on a 3-node NATS cluster survives losing one node.
 	// Used by the first host that makes the buckets.
 	Replicas int `toml:"replicas"`
+	// MaxForwards bounds the requests this host has forwarded to clusters
+	// on other hosts and awaits the replies of; a request over it is
+	// answered unavailable.
+	MaxForwards int `toml:"max_forwards"`
 
 	// At most one of these authenticates to NATS: a credentials file (JWT
 	// and NKey seed), a file holding a token, or a user with a file holding
@@ -400,7 +404,7 @@ func Default() Config {
 			ResumeMaxAge:    Duration{2 * time.Minute},
 		},
 		Admin:   Admin{Listen: "127.0.0.1:7481"},
-		Mesh:    Mesh{Name: "sm", Lease: Duration{10 * time.Second}, Replicas: 1},
+		Mesh:    Mesh{Name: "sm", Lease: Duration{10 * time.Second}, Replicas: 1, MaxForwards: 4096},
 		Reshard: defaultReshard(),
 		API: API{
 			Listen:         "127.0.0.1:7482",
@@ -697,6 +701,9 @@ func (m Mesh) validate(bad func(key, format string, args ...any)) {
 	}
 	if m.MaxClusters < 0 {
 		bad("mesh.max_clusters", "must be 0 (no limit) or more, got %d", m.MaxClusters)
+	}
+	if m.MaxForwards < 1 {
+		bad("mesh.max_forwards", "must be at least 1, got %d", m.MaxForwards)
 	}
 	if m.Lease.Duration < minLease {
 		bad("mesh.lease", "must be at least %v, got %v", minLease, m.Lease.Duration)

@@ -127,8 +127,8 @@ max_queue_bytes = 4096
 // TestMesh: a single host by default, and a full [mesh] table as written.
 func TestMesh(t *testing.T) {
 	def := config.Default()
-	if def.Mesh.Enabled() || def.Mesh.Lease.Duration != 10*time.Second || def.Mesh.Name != "sm" {
-		t.Fatalf("default mesh = %+v, want disabled, name sm, lease 10s", def.Mesh)
+	if def.Mesh.Enabled() || def.Mesh.Lease.Duration != 10*time.Second || def.Mesh.Name != "sm" || def.Mesh.MaxForwards != 4096 {
+		t.Fatalf("default mesh = %+v, want disabled, name sm, lease 10s, max_forwards 4096", def.Mesh)
 	}
 	cfg, err := config.Parse(`
 [mesh]
@@ -138,6 +138,7 @@ host_id = "host_a"
 max_clusters = 6
 lease = "4s"
 replicas = 3
+max_forwards = 100
 user = "sm"
 password_file = "/etc/sm/nats-password"
 ca_file = "/etc/sm/ca.pem"
@@ -149,7 +150,7 @@ key_file = "/etc/sm/host.key"
 	}
 	want := config.Mesh{
 		NATSURL: "nats://n1:4222, tls://n2:4222", Name: "bot-1", HostID: "host_a", MaxClusters: 6,
-		Lease: config.Duration{Duration: 4 * time.Second}, Replicas: 3, User: "sm", PasswordFile: "/etc/sm/nats-password",
+		Lease: config.Duration{Duration: 4 * time.Second}, Replicas: 3, MaxForwards: 100, User: "sm", PasswordFile: "/etc/sm/nats-password",
 		CAFile: "/etc/sm/ca.pem", CertFile: "/etc/sm/host.pem", KeyFile: "/etc/sm/host.key",
 	}
 	if cfg.Mesh != want || !cfg.Mesh.Enabled() {
@@ -159,6 +160,9 @@ key_file = "/etc/sm/host.key"
 		if _, err := config.Parse(doc); err != nil {
 			t.Errorf("Parse(%q): %v", doc, err)
 		}
+	}
+	if _, err := config.Parse("[mesh]\nmax_forwards = 0"); err == nil || !strings.Contains(err.Error(), "mesh.max_forwards") {
+		t.Fatalf("max_forwards = 0: err = %v", err)
 	}
 	if _, err := config.Parse("[mesh]\nnats_url = \"nats://x\"\nhost_id = \"a\"\nleases = \"5s\""); err == nil ||
 		!strings.Contains(err.Error(), "mesh.leases") {

@@ -30,6 +30,9 @@ type conn struct {
 	// read: then it all leaves, one write per peer. Only serve's goroutine
 	// uses it.
 	out ipc.Batch
+	// nout is the same for what leaves to other hosts over NATS (cross-host
+	// routing); only serve's goroutine uses it.
+	nout natsOut
 
 	watching  atomic.Bool   // the connection watches the feed (again after a drop)
 	watchStop chan struct{} // closed when the connection ends
@@ -65,6 +68,7 @@ func (m *Manager) serve(c *conn) {
 	c.watchStop = watchDone
 	defer func() {
 		c.out.Flush()
+		m.flushNATS(c)
 		close(watchDone)
 		c.c.Close()
 		<-c.c.Done()
@@ -96,6 +100,7 @@ func (m *Manager) serve(c *conn) {
 	for {
 		if !c.c.FrameBuffered() {
 			c.out.Flush() // before the read waits for the socket
+			m.flushNATS(c)
 		}
 		line, err := c.c.ReadFrame()
 		if err != nil {

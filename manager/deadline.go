@@ -29,8 +29,11 @@ type deadlines struct {
 
 // pushDeadlineLocked links p, forwarded with the default timeout, at the
 // tail and arms the timer if it is idle.
-func (m *Manager) pushDeadlineLocked(p *pending) {
-	l := &m.dl
+func (m *Manager) pushDeadlineLocked(p *pending) { m.dl.push(p, m.sweepDeadlines) }
+
+// push links p at the tail of l and, if l's timer is idle, arms it to call
+// sweep at the head's deadline. The caller holds the lock guarding l.
+func (l *deadlines) push(p *pending, sweep func()) {
 	p.listed = true
 	p.prev, p.next = l.tail, nil
 	if l.tail != nil {
@@ -43,7 +46,7 @@ func (m *Manager) pushDeadlineLocked(p *pending) {
 		l.armed = true
 		d := time.Until(l.head.deadline)
 		if l.timer == nil {
-			l.timer = time.AfterFunc(d, m.sweepDeadlines)
+			l.timer = time.AfterFunc(d, sweep)
 		} else {
 			l.timer.Reset(d)
 		}
@@ -51,11 +54,13 @@ func (m *Manager) pushDeadlineLocked(p *pending) {
 }
 
 // unlinkDeadlineLocked takes p off the list if it is on it.
-func (m *Manager) unlinkDeadlineLocked(p *pending) {
+func (m *Manager) unlinkDeadlineLocked(p *pending) { m.dl.unlink(p) }
+
+// unlink takes p off l if it is on it. The caller holds the lock guarding l.
+func (l *deadlines) unlink(p *pending) {
 	if !p.listed {
 		return
 	}
-	l := &m.dl
 	p.listed = false
 	if p.prev != nil {
 		p.prev.next = p.next
@@ -80,32 +85,42 @@ func (m *Manager) unpendLocked(mid uint64, p *pending) {
 // sweepDeadlines is the shared timer: it expires the requests at the head
 // whose deadline has passed and re-arms for the next.
 func (m *Manager) sweepDeadlines() {
-	now := time.Now()
-	var due []*pending
 	m.pmu.Lock()
-	l := &m.dl
-	for p := l.head; p != nil && !p.deadline.After(now); p = l.head {
+	due := m.dl.due(time.Now(), func(p *pending) {
 		if mid := p.mid.Load(); m.pending[mid] == p {
 			delete(m.pending, mid)
 		}
-		m.unlinkDeadlineLocked(p)
-		due = append(due, p)
-	}
-	if l.head != nil {
-		l.timer.Reset(l.head.deadline.Sub(now))
-	} else {
-		l.armed = false
-	}
+	})
 	m.pmu.Unlock()
 	for _, p := range due {
 		m.expire(p)
 	}
 }
 
+// due unlinks the requests at the head of l whose deadline has passed at
+// now, handing each to drop (to take it off its table), re-arms the timer
+// for the next, and returns them. The caller holds the lock guarding l.
+func (l *deadlines) due(now time.Time, drop func(*pending)) []*pending {
+	var out []*pending
+	for p := l.head; p != nil && !p.deadline.After(now); p = l.head {
+		drop(p)
+		l.unlink(p)
+		out = append(out, p)
+	}
+	if l.head != nil {
+		l.timer.Reset(l.head.deadline.Sub(now))
+	} else {
+		l.armed = false
+	}
+	return out
+}
+
 // clearDeadlinesLocked drops the whole list (every pending request is being
 // failed) and stops the timer.
-func (m *Manager) clearDeadlinesLocked() {
-	l := &m.dl
+func (m *Manager) clearDeadlinesLocked() { m.dl.clear() }
+
+// clear drops the whole of l and stops its timer.
+func (l *deadlines) clear() {
 	for p := l.head; p != nil; {
 		next := p.next
 		p.listed, p.prev, p.next = false, nil, nil

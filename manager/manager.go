@@ -76,8 +76,8 @@ type Manager struct {
 	// before pmu and before a connection's queue lock (ipc.Conn's); cmu
 	// before a connection's queue lock (to refuse it). slot.mu is held with
 	// no other lock but other slots' (all of the old table's in switchTable,
-	// in cluster order); pmu, beatBox.mu, hub.mu and Subscription.mu with
-	// none at all. A function whose name ends in Locked is called with the
+	// in cluster order); pmu, beatBox.mu, hub.mu, Subscription.mu and
+	// router.fmu with none at all. A function whose name ends in Locked is called with the
 	// lock guarding what it touches held: pmu for the pending table and the
 	// deadline list, slot.mu for a slot's waiting requests.
 
@@ -104,6 +104,7 @@ type Manager struct {
 
 	metrics          *metrics
 	mesh             *meshState // nil on a single host (mesh.go)
+	router           *router    // cross-host routing; nil on a single host (meshroute.go)
 	disc             discordState
 	handoff          handoffs  // QUIESCED handoffs for the next ACTIVATE (handoff.go)
 	rec              recycling // memory and lag recycling (recycle.go)

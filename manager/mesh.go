@@ -20,6 +20,7 @@ import (
 // meshState is a manager's part of a mesh; nil on a single host.
 type meshState struct {
 	nc    *nats.Conn
+	store *mesh.Store
 	agent *mesh.Agent
 	disc  *meshDiscord // the shared identify gate, budget and resume store (meshdiscord.go)
 
@@ -50,7 +51,7 @@ func (m *Manager) joinMesh() error {
 		return err
 	}
 	topo := m.table().topo
-	ms := &meshState{nc: nc, fences: map[int][]chan struct{}{}, disc: md}
+	ms := &meshState{nc: nc, store: st, fences: map[int][]chan struct{}{}, disc: md}
 	ms.agent = &mesh.Agent{
 		Store:    st,
 		Me:       mesh.Holder{Host: cfg.HostID, Boot: mesh.NewBootID()},
@@ -61,6 +62,7 @@ func (m *Manager) joinMesh() error {
 		Stop:     m.meshStop,
 	}
 	m.mesh = ms
+	m.router = newRouter(m, nc, ms.agent.Me, st)
 	return nil
 }
 
@@ -88,6 +90,9 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		m.do(s, s.sup.Hold(now, false)) // a previous boot's survivors too: fenced
 	}
 	m.mesh.disc.start(m.mesh.agent.Me)
+	if err := m.router.start(); err != nil {
+		m.log.Error("mesh: cross-host routing not started: requests for other hosts' clusters fail", "err", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -97,6 +102,7 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		}
 	}()
 	return func(release bool) {
+		m.router.stop()
 		m.mesh.disc.stop() // before the leases go: the resume state written first
 		if !release {
 			m.log.Warn("mesh: leaving without releasing leases: a cluster process was not confirmed gone")
@@ -159,14 +165,13 @@ func (m *Manager) setRemote(s *slot, remote bool) {
 	}
 	s.mu.Unlock()
 	for _, p := range waiting {
-		m.fail(p, errNotHere(s.id))
+		// To the cluster's new holder, if the watch of the leases knows it.
+		h := m.hop(s.id, p)
+		if h.Kind == mesh.HopLocal {
+			h = mesh.Hop{Kind: mesh.HopFail, Why: "this host lost its lease"}
+		}
+		m.routeAway(s.id, p, h)
 	}
-}
-
-// errNotHere answers a request for a cluster this host does not hold.
-// Cross-host forwarding is not built yet (docs/multihost.md).
-func errNotHere(c int) *ipc.Error {
-	return ipc.Errorf(ipc.CodeUnavailable, "cluster %d is not held by this host (cross-host routing is not built yet)", c)
 }
 
 // HostStatus is one host of a mesh in a Status.

@@ -26,6 +26,7 @@ type metrics struct {
 	loopEvents      prometheus.Counter
 	reshardChecks   *prometheus.CounterVec // by result (reshard.go)
 	recycles        *prometheus.CounterVec // by reason
+	meshDropped     *prometheus.CounterVec // by reason (meshroute.go)
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -45,10 +46,12 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		reshardChecks: counterVec("sm_reshard_checks_total", "Checks of Discord's recommended shard count by the [reshard] schedule, by result: unchanged, resharded, deferred, error.",
 			"result"),
 		recycles: counterVec("sm_recycles_total", "Recycles started, by the limit the cluster stayed over: rss, heap or lag.", "reason"),
+		meshDropped: counterVec("sm_mesh_dropped_total", "Cross-host routing's NATS messages or records dropped as garbage or impostors, by reason.",
+			"reason"),
 	}
 	if reg != nil {
 		reg.MustRegister(mt.forwarded, mt.failed, mt.latency, mt.restarts, mt.deploys, mt.deployDur,
-			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, mt.recycles, collector{m})
+			mt.identifyGranted, mt.identifyRefused, mt.loopEvents, mt.reshardChecks, mt.recycles, mt.meshDropped, collector{m})
 	}
 	return mt
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sm-supervisor/sm/generation"
 	"github.com/sm-supervisor/sm/ipc"
+	"github.com/sm-supervisor/sm/mesh"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -64,8 +65,22 @@ type pending struct {
 	queued     time.Time
 	// batch is the forwarding reader's (conn.out) while forward runs on its
 	// goroutine, so the request leaves with the others read with it; nil once
-	// the request waits, since it then leaves from another goroutine.
+	// the request waits, since it then leaves from another goroutine. nout
+	// is the same for what leaves over NATS to other hosts (meshroute.go).
 	batch *ipc.Batch
+	nout  *natsOut
+
+	// Cross-host routing (meshroute.go). remote marks a request another
+	// host forwarded here, never forwarded on; rem, set on those that want a
+	// reply, is where it goes. On one this host
+	// forwarded: cluster is its cluster, via the boot it went to and fid its
+	// forward id while in flight, tries the retries after a MOVED.
+	remote  bool
+	rem     *remoteOrigin
+	cluster int
+	tries   int
+	via     atomic.Pointer[mesh.Holder]
+	fid     atomic.Uint64
 }
 
 func (p *pending) claim() bool {
@@ -127,7 +142,7 @@ func (m *Manager) forward(from *conn, f *ipc.Frame) {
 		return
 	}
 	now := time.Now()
-	p := &pending{from: from, origID: f.ID, f: f, queued: now, batch: &from.out, deadline: now.Add(timeout)}
+	p := &pending{from: from, origID: f.ID, f: f, queued: now, batch: &from.out, nout: &from.nout, deadline: now.Add(timeout)}
 	if timeout != m.cfg.Requests.Timeout.Duration {
 		m.arm(p) // the list holds only the default timeout, in deadline order
 	}
@@ -180,16 +195,20 @@ func (m *Manager) dispatch(table *routeTable, cluster int, p *pending) {
 		return
 	}
 	if s.remote.Load() {
-		s.mu.Unlock()
-		m.fail(p, errNotHere(cluster))
-		return
+		// Held by another host, or being taken by this one (then it waits
+		// here like any request for a cluster starting).
+		if h := m.hop(cluster, p); h.Kind != mesh.HopLocal {
+			s.mu.Unlock()
+			m.routeAway(cluster, p, h)
+			return
+		}
 	}
 	if s.waitingLiveLocked() >= m.cfg.Limits.MaxWaiting {
 		s.mu.Unlock()
 		m.fail(p, ipc.Errorf(ipc.CodeBusy, "cluster %d is restarting and %d requests already wait for it (limits.max_waiting)", cluster, m.cfg.Limits.MaxWaiting))
 		return
 	}
-	p.batch = nil
+	p.batch, p.nout = nil, nil
 	if p.timer == nil {
 		m.arm(p) // the list only times forwarded requests
 	}
@@ -210,7 +229,7 @@ func (m *Manager) send(pr *proc, p *pending) {
 	}
 	c := pr.conn.Load()
 	out := ipc.Frame{Op: p.f.Op, Target: p.f.Target, Payload: p.f.Payload}
-	wantsReply := p.origID != "" || p.bc != nil
+	wantsReply := p.origID != "" || p.bc != nil || p.rem != nil
 	if wantsReply {
 		m.pmu.Lock()
 		if len(m.pending) >= m.cfg.Limits.MaxPending {
@@ -258,6 +277,9 @@ func (m *Manager) send(pr *proc, p *pending) {
 }
 
 func (m *Manager) forget(p *pending) {
+	if m.router != nil {
+		m.router.forget(p)
+	}
 	mid := p.mid.Load()
 	if mid == 0 {
 		return
@@ -293,18 +315,23 @@ func (m *Manager) completeReply(c *conn, f *ipc.Frame) {
 	if !p.claim() {
 		return
 	}
-	m.deliverVia(&c.out, p, f.Payload, f.Error)
+	m.deliverVia(&c.out, &c.nout, p, f.Payload, f.Error)
 }
 
 // deliver hands a result to p's sender (or its broadcast).
 func (m *Manager) deliver(p *pending, payload json.RawMessage, e *ipc.Error) {
-	m.deliverVia(nil, p, payload, e)
+	m.deliverVia(nil, nil, p, payload, e)
 }
 
-// deliverVia is deliver with the reply held back in b (nil: sent at once).
-func (m *Manager) deliverVia(b *ipc.Batch, p *pending, payload json.RawMessage, e *ipc.Error) {
+// deliverVia is deliver with the reply held back in b, or in no if it goes
+// to another host (nil: sent at once).
+func (m *Manager) deliverVia(b *ipc.Batch, no *natsOut, p *pending, payload json.RawMessage, e *ipc.Error) {
 	if e != nil {
 		m.metrics.failed.WithLabelValues(e.Code).Inc()
+	}
+	if p.rem != nil {
+		m.router.answerResult(no, p.rem, payload, e)
+		return
 	}
 	if p.bc != nil {
 		// Kept until the last part: a copy, since a reply's payload may be
@@ -345,6 +372,13 @@ func (m *Manager) expire(p *pending) {
 		return
 	}
 	m.forget(p)
+	if p.remote {
+		return // the sending host times it out itself
+	}
+	if via := p.via.Load(); via != nil && p.fid.Load() != 0 {
+		m.deliver(p, nil, ipc.Errorf(ipc.CodeTimeout, "cluster %d on host %s did not reply in time", p.cluster, via.Host))
+		return
+	}
 	if to := p.to.Load(); to != nil {
 		m.deliver(p, nil, ipc.Errorf(ipc.CodeTimeout, "cluster %d did not reply in time", to.cluster))
 		return
@@ -372,6 +406,9 @@ func (m *Manager) failProcPending(pr *proc) {
 }
 
 func (m *Manager) failAllPending() {
+	if m.router != nil {
+		m.router.failAll(ipc.Errorf(ipc.CodeShuttingDown, "manager stopped"))
+	}
 	m.pmu.Lock()
 	all := m.pending
 	m.pending = make(map[uint64]*pending)
@@ -402,12 +439,22 @@ func (m *Manager) broadcast(from *conn, f *ipc.Frame, table *routeTable, timeout
 		p := &pending{from: from, origID: f.ID, f: f, bc: bc, bcIdx: i, topo: table.topo, queued: now, deadline: now.Add(timeout)}
 		bc.results[i].cluster = i
 		if !pr.usable() {
-			p.done.Store(true)
-			e := ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i)
 			if table.slots[i].remote.Load() {
-				e = errNotHere(i)
+				// Another host's part: forwarded, with the parts bound
+				// for the same host in one message.
+				if h := m.hop(i, p); h.Kind == mesh.HopForward {
+					p.nout = &from.nout
+					m.arm(p)
+					m.router.send(h.To, i, p)
+					continue
+				} else if h.Kind == mesh.HopFail {
+					p.done.Store(true)
+					bc.set(i, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d is not reachable: %s", i, h.Why))
+					continue
+				}
 			}
-			bc.set(i, nil, e)
+			p.done.Store(true)
+			bc.set(i, nil, ipc.Errorf(ipc.CodeUnavailable, "cluster %d has no ready process", i))
 			continue
 		}
 		m.arm(p)

@@ -29,6 +29,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"route", "the same echo load straight to a cluster-harness and through sm-manager, and the ratio", runRouteCmd},
 	{"feed", "many subscribers on the status WebSocket while clusters heartbeat: latency, manager CPU and RSS", runFeedCmd},
+	{"mesh", "cross-host routed echo (client → host a → NATS → host b → cluster) against same-host routed echo in one run, two managers and a nats-server", runMeshCmd},
 	{"api", "sm-api req/s for a guild lookup and a forwarded op, against the raw socket route", runAPICmd},
 	{"deploy", "rolling deploys of every cluster back to back under load: wall time, manager overhead per swap, unrouted intervals", runDeployCmd},
 	{"chaos", "kill -9, SIGSTOP, a crash loop and a client that stops reading, under load: every error inside a down window", runChaosCmd},

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	testenv.Main(m, "../../cmd/sm-manager", "../../cmd/cluster-harness", "../../cmd/sm-api")
+	testenv.Main(m, "../../cmd/sm-manager", "../../cmd/cluster-harness", "../../cmd/sm-api", "github.com/nats-io/nats-server/v2")
 }
 
 // runScenario runs sm-bench's scenario args[0] with the rest of args against the
