@@ -41,6 +41,12 @@ func (m *Manager) joinMesh() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lease.Duration)
 	defer cancel()
 	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration, mesh.Replicas(cfg.Replicas))
+	topo := m.table().topo
+	mtopo := mesh.Topology{TotalShards: topo.Total, ShardsPerCluster: topo.PerCluster}
+	digest := mesh.ClusterDigest(m.cfg.Cluster.Command, m.cfg.Cluster.Env, m.cfg.Cluster.Dir)
+	if err == nil {
+		err = checkSameConfig(ctx, st, mesh.HostRecord{Holder: mesh.Holder{Host: cfg.HostID}, Topology: mtopo, Cluster: digest})
+	}
 	var md *meshDiscord
 	if err == nil {
 		md, err = m.openMeshDiscord(ctx, st)
@@ -49,19 +55,32 @@ func (m *Manager) joinMesh() error {
 		nc.Close()
 		return err
 	}
-	topo := m.table().topo
 	ms := &meshState{nc: nc, fences: map[int][]chan struct{}{}, disc: md}
 	ms.agent = &mesh.Agent{
 		Store:    st,
 		Me:       mesh.Holder{Host: cfg.HostID, Boot: mesh.NewBootID()},
 		Capacity: cfg.MaxClusters,
-		Topology: mesh.Topology{TotalShards: topo.Total, ShardsPerCluster: topo.PerCluster},
+		Topology: mtopo,
+		Cluster:  digest,
 		Log:      m.log,
 		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
 		Stop:     m.meshStop,
 	}
 	m.mesh = ms
 	return nil
+}
+
+// checkSameConfig refuses to join a mesh whose live hosts run another
+// [topology] or [cluster] (mesh.ErrConfigMismatch, naming the difference).
+// It only reads: nothing is written before the check passes. Two hosts with
+// different configurations starting in the same instant both see no other
+// record and are not refused; every later start is.
+func checkSameConfig(ctx context.Context, st *mesh.Store, me mesh.HostRecord) error {
+	hosts, err := st.Hosts(ctx)
+	if err != nil {
+		return err
+	}
+	return mesh.CheckSameConfig(me, hosts)
 }
 
 // meshStop is the agent's Stop: it returns once every process of cluster c

@@ -20,7 +20,10 @@ type Agent struct {
 	Me       Holder
 	Capacity int
 	Topology Topology
-	Log      *slog.Logger
+	// Cluster is the host's [cluster] table (ClusterDigest), carried in its
+	// record so that a host with another one is refused (CheckSameConfig).
+	Cluster map[string]string
+	Log     *slog.Logger
 	// Now is the clock (time.Now when nil): monotonic readings, as the
 	// lease arithmetic counts from the send of each write.
 	Now func() time.Time
@@ -259,7 +262,7 @@ func (a *Agent) record() HostRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return HostRecord{Holder: a.Me, Capacity: a.Capacity, Clusters: slices.Sorted(maps.Keys(a.held)),
-		Topology: a.Topology, Started: a.start}
+		Topology: a.Topology, Cluster: a.Cluster, Started: a.start}
 }
 
 func (a *Agent) setHostRev(rev uint64) {
