@@ -21,6 +21,7 @@ import (
 //	{"type":"deploy","deploy":{...generation.Status...}}
 //	{"type":"topology","status":{...Status...}}   (after a re-clustering switch)
 //	{"type":"discord","discord":{...DiscordStatus...}} (identify gate and budget)
+//	{"type":"hosts","hosts":[...HostStatus...]}  (with [mesh]: the hosts changed)
 //
 // The heartbeat payload is the cluster's own bytes, never parsed. Nothing in
 // the feed holds a token, an environment variable or a command line.
@@ -31,6 +32,7 @@ const (
 	EventDeploy    = "deploy"
 	EventTopology  = "topology"
 	EventDiscord   = "discord"
+	EventHosts     = "hosts"
 )
 
 // Subscription receives feed events. C is closed when the subscription ends:
@@ -214,6 +216,7 @@ func (m *Manager) flushFeed() {
 			m.feed.publish(b)
 		}
 	}
+	m.flushHosts()
 	// Only after the deploy was fed an event: its status is hundreds of KiB
 	// of JSON with many clusters, too much to build after every heartbeat.
 	if m.dep != nil && m.depFed && (m.depPublished != m.dep || !m.depPublishedDone) {

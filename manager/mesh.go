@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,13 @@ type meshState struct {
 	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
 	// process of the cluster to be confirmed gone.
 	fences map[int][]chan struct{}
+
+	// The feed's view of the mesh (meshfeed.go): viewPosted while an
+	// evMeshView waits for the loop; the rest loop-owned.
+	viewPosted atomic.Bool
+	hostsKey   string         // the hosts as last published, lease ages left out
+	hostsDirty bool           // the hosts changed since the last hosts event
+	owners     map[int]string // each cluster's holder as last published
 }
 
 // joinMesh connects to the mesh's NATS server and opens its buckets, so
@@ -65,6 +73,7 @@ func (m *Manager) joinMesh() error {
 		Log:      m.log,
 		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
 		Stop:     m.meshStop,
+		Viewed:   m.meshViewed,
 	}
 	m.mesh = ms
 	return nil

@@ -97,6 +97,8 @@ type (
 		held    bool
 		done    chan struct{}
 	}
+	// evMeshView is the mesh agent's news that its view changed (meshfeed.go).
+	evMeshView struct{}
 	// evIdentifyClaimed is the mesh's shared identify gate answering a
 	// claim of a bucket's slot (meshdiscord.go).
 	evIdentifyClaimed struct{ r claimResult }
@@ -135,6 +137,7 @@ func (evReshard) isEvent()        {}
 
 func (evIdentifyClaimed) isEvent() {}
 func (evMeshResume) isEvent()      {}
+func (evMeshView) isEvent()        {}
 
 // apply handles one event on the loop.
 func (m *Manager) apply(ev event) {
@@ -181,6 +184,8 @@ func (m *Manager) apply(ev event) {
 		m.resumeFetched(ev)
 	case evReshard:
 		m.reshardChecked(reshardCheck(ev))
+	case evMeshView:
+		m.meshView()
 	case evFunc:
 		ev(m)
 	default:

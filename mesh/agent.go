@@ -34,6 +34,11 @@ type Agent struct {
 	// once the process is gone (a fence is a SIGKILL of the process group,
 	// confirmed); the margin it has is Timing.Margin.
 	Stop func(c int)
+	// Viewed, if set, is called after a pass in which the hosts (their ids,
+	// boots, capacities, clusters) or the leases' holders changed from what
+	// the previous call saw: the owner reads Snapshot for the news. Called
+	// on Run's goroutine; it must not block.
+	Viewed func()
 
 	mu     sync.Mutex // guards the fields below
 	held   map[int]Held
@@ -113,8 +118,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.Log.Info("mesh: joined", "host", a.Me.Host, "boot", a.Me.Boot, "capacity", a.Capacity)
 	defer a.leave()
+	var seen string
 	for {
 		a.step(ctx)
+		a.noteView(&seen)
 		wait := t.Renew / 4
 		a.mu.Lock()
 		for _, h := range a.held {
