@@ -17,7 +17,7 @@ import (
 // the cluster named by the environment and, when the manager goes away,
 // reconnects and registers again with the same token.
 func newClient(cfg Config, log *slog.Logger, handler func(*ipc.Client, *ipc.Frame), onConnect func(*ipc.Client, *ipc.Frame)) *ipc.Client {
-	return ipc.NewClient(ipc.ClientConfig{
+	c := ipc.NewClient(ipc.ClientConfig{
 		Path: cfg.Env.Socket,
 		Register: ipc.Frame{
 			Role:       ipc.RoleCluster,
@@ -33,6 +33,10 @@ func newClient(cfg Config, log *slog.Logger, handler func(*ipc.Client, *ipc.Fram
 		Backoff:   cfg.Backoff,
 		Logger:    log,
 	})
+	if cfg.onClient != nil {
+		cfg.onClient(c)
+	}
+	return c
 }
 
 // Registration is the payload of the manager's REPLY to REGISTER. Fields it

@@ -92,6 +92,13 @@ func checkSameConfig(ctx context.Context, st *mesh.Store, me mesh.HostRecord) er
 	return mesh.CheckSameConfig(me, hosts)
 }
 
+// orphanTimeout is SM_ORPHAN_TIMEOUT_MS for a mesh of lease L: L/8. A
+// cluster whose manager died exits once it cannot reach the socket for
+// that long; the manager's last renewal was at most a renewal interval (L/4)
+// before it died, so the cluster is gone within 3L/8 (+ its own polling) of
+// that write, well before the lease can expire (L) for another host.
+func orphanTimeout(lease time.Duration) time.Duration { return lease / 8 }
+
 // meshStop is the agent's Stop: it returns once every process of cluster c
 // is confirmed gone (a fence is a SIGKILL of the group), or once the manager
 // has stopped (when the leases are released only if none is left: see
