@@ -27,6 +27,9 @@ type meshState struct {
 	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
 	// process of the cluster to be confirmed gone.
 	fences map[int][]chan struct{}
+	// prev is the previous boot of this host, from the state file: its
+	// leases are taken over at start (mesh.Agent.TakeOver).
+	prev mesh.Holder
 
 	// The feed's view of the mesh (meshfeed.go): viewPosted while an
 	// evMeshView waits for the loop; the rest loop-owned.
@@ -117,10 +120,13 @@ func (m *Manager) meshStop(c int) {
 // clusters' processes are confirmed gone); without, it closes the connection
 // first, so the leases are left to expire: some process may still be alive.
 func (m *Manager) runMesh() (stop func(release bool)) {
+	taken := m.succeed()
 	now := time.Now()
 	for _, s := range m.table().slots {
-		m.setRemote(s, true)
-		m.do(s, s.sup.Hold(now, false)) // a previous boot's survivors too: fenced
+		// A previous boot's survivors are fenced, but for the clusters
+		// whose leases this boot took over: those are adopted.
+		m.setRemote(s, !taken[s.id])
+		m.do(s, s.sup.Hold(now, taken[s.id]))
 	}
 	m.mesh.disc.start(m.mesh.agent.Me)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -141,6 +147,31 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		<-done
 		m.mesh.nc.Close()
 	}
+}
+
+// succeed takes over the leases of this host's previous boot, if the state
+// file named one (restore), and returns the clusters this boot now holds.
+// It runs before the loop, bounded by half a lease: the survivors waiting
+// to register count their SM_ORPHAN_TIMEOUT_MS meanwhile.
+func (m *Manager) succeed() map[int]bool {
+	prev := m.mesh.prev
+	if prev.Boot == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Mesh.Lease.Duration/2)
+	defer cancel()
+	start := time.Now()
+	held, err := m.mesh.agent.TakeOver(ctx, prev)
+	if err != nil {
+		m.log.Warn("mesh: some of the previous boot's leases were not taken over; their clusters are fenced", "previous_boot", prev.Boot, "err", err)
+	}
+	m.log.Info("mesh: took over the previous boot's leases: adopting its clusters", "previous_boot", prev.Boot, "boot", m.mesh.agent.Me.Boot,
+		"clusters", held, "took", time.Since(start).Round(time.Millisecond))
+	taken := map[int]bool{}
+	for _, c := range held {
+		taken[c] = true
+	}
+	return taken
 }
 
 // meshHold carries out the agent's decision about cluster c: held, it may

@@ -93,14 +93,21 @@ func (a *Agent) now() time.Time {
 // holds, releases their leases, so that other hosts need not wait them out,
 // and removes its host record.
 func (a *Agent) Run(ctx context.Context) error {
-	a.mu.Lock()
-	a.held, a.start = map[int]Held{}, time.Now()
-	a.mu.Unlock()
+	a.init() // TakeOver may have begun it
 	if a.Log == nil {
 		a.Log = slog.New(slog.DiscardHandler)
 	}
 	t := a.Store.Timing
-	for {
+	// A successor that took leases over (TakeOver) goes straight to the
+	// passes, which renew and fence them; each pass announces the host
+	// until its record is there.
+	a.mu.Lock()
+	succeeded := a.hostAt != 0 || len(a.held) > 0
+	a.mu.Unlock()
+	if succeeded {
+		a.joined = a.now()
+	}
+	for !succeeded {
 		rev, err := a.Store.Announce(ctx, a.record(), 0)
 		if err == nil {
 			a.setHostRev(rev)

@@ -87,6 +87,12 @@ func startMeshHost(t *testing.T, url, id string, maxClusters int) *meshHost {
 func startMeshHostWith(t *testing.T, url, id string, maxClusters int, extra string) *meshHost {
 	t.Helper()
 	path, sock := meshConfig(t, url, id, maxClusters, extra)
+	return startMeshHostAt(t, id, path, sock)
+}
+
+// startMeshHostAt is startMeshHost with a config already written.
+func startMeshHostAt(t *testing.T, id, path, sock string) *meshHost {
+	t.Helper()
 	h := &meshHost{id: id, sock: sock, out: &testenv.Buffer{}, done: make(chan struct{})}
 	h.cmd = exec.Command(testenv.Bin("sm-manager"), "-config", path)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out

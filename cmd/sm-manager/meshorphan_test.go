@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -142,4 +144,107 @@ func TestMeshOrphansExit(t *testing.T) {
 		}
 	}
 	t.Logf("b started the first of them %v after a's SIGKILL", first.Round(10*time.Millisecond))
+}
+
+// TestMeshSuccessorAdopts: SIGKILL a mesh manager alone and start it again
+// at once with the same state directory: the successor takes over its
+// previous boot's host record and leases (the boot id is in the state file)
+// and adopts the same cluster processes, rather than waiting out the lease
+// and fencing them. Lease 8 s here, so SM_ORPHAN_TIMEOUT_MS is 1 s: the
+// successor must be up within it.
+func TestMeshSuccessorAdopts(t *testing.T) {
+	subreaper(t) // the killed manager's clusters become the test's children
+	srv := natstest.Start(t, natstest.Options{Bin: testenv.Bin("nats-server")})
+	path, sock := meshConfig(t, srv.URL, "a", 0, fmt.Sprintf("[state]\ndir = %q\n", t.TempDir()))
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(doc), `lease = "2s"`, `lease = "8s"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first := startMeshHostAt(t, "a", path, sock)
+	first.dial(t)
+	placed(t, []*meshHost{first}, 30*time.Second, "a runs the 12 clusters")
+	pids := map[int]int{}
+	for _, cs := range first.status(t).Clusters {
+		pids[cs.ID] = cs.PID
+	}
+	// The state file names this boot before the manager dies.
+	testenv.WaitFor(t, 5*time.Second, "the state file names the mesh boot", func() bool {
+		b, _ := os.ReadFile(filepath.Join(stateDirOf(t, path), "manager-state.json"))
+		return strings.Contains(string(b), `"mesh_boot"`)
+	})
+	first.client.Close()
+	first.client = nil
+	killed := time.Now()
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	second := startMeshHostAt(t, "a", path, sock)
+	second.dial(t)
+	var adoptedIn time.Duration
+	testenv.WaitFor(t, 20*time.Second, "the successor runs the same 12 processes", func() bool {
+		st := second.status(t)
+		if len(st.Clusters) != 12 {
+			return false
+		}
+		for _, cs := range st.Clusters {
+			if cs.State != "ready" || !cs.Routed || cs.HostID != "a" || cs.PID != pids[cs.ID] {
+				return false
+			}
+		}
+		adoptedIn = time.Since(killed)
+		return true
+	})
+	out := second.out.String()
+	if !strings.Contains(out, "took over the previous boot's leases") {
+		t.Fatalf("no takeover logged:\n%s", out)
+	}
+	if strings.Contains(out, "fencing cluster") || strings.Contains(first.out.String(), "could not be reached") {
+		t.Fatalf("a cluster was fenced or orphaned across the restart:\nfirst:\n%s\nsecond:\n%s", first.out.String(), out)
+	}
+	if hs := second.status(t).Hosts; len(hs) != 1 || !hs[0].Self || len(hs[0].Clusters) != 12 {
+		t.Fatalf("hosts after the takeover: %+v", hs)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "took over") {
+			t.Log(l)
+		}
+	}
+	t.Logf("the successor adopted all 12 processes (same pids, leases taken over) %v after the SIGKILL; the lease is 8 s", adoptedIn.Round(time.Millisecond))
+	// The old boot's processes were never this test's to reap: none exited.
+	for c, pid := range pids {
+		if syscall.Kill(pid, 0) != nil {
+			t.Fatalf("cluster %d's process %d is gone", c, pid)
+		}
+	}
+	second.stop(t)
+	// The killed manager ends once its adopted clusters stop (they held its output pipe).
+	<-first.done
+	reapAll(pids)
+}
+
+// reapAll reaps the given processes if they became the test's children.
+func reapAll(pids map[int]int) {
+	for _, pid := range pids {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}
+
+// stateDirOf reads [state] dir back from a config written by meshConfig.
+func stateDirOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), "[state]\ndir = ")
+	line, _, _ := strings.Cut(rest, "\n")
+	dir, err := strconv.Unquote(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -161,6 +161,11 @@ export class Cluster extends Peer {
     };
 
     const lo = linkOptions(o, 30_000);
+    if (this.orphanTimeoutMs > 0) {
+      // A successor manager that is up in time must be found in time.
+      const cap = Math.max(1, Math.floor(this.orphanTimeoutMs / 8));
+      lo.backoff = { ...lo.backoff, maxMs: Math.min(lo.backoff.maxMs, cap), minMs: Math.min(lo.backoff.minMs, cap) };
+    }
     this.link = new Link({
       ...lo,
       path: this.socketPath,
