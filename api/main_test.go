@@ -21,7 +21,10 @@ import (
 	"github.com/sm-supervisor/sm/manager"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, "../cmd/cluster-harness") }
+// TestMain builds nats-server from its Go module too, for the mesh test.
+func TestMain(m *testing.M) {
+	testenv.Main(m, "../cmd/cluster-harness", "github.com/nats-io/nats-server/v2")
+}
 
 const testToken = "test-token-0123456789abcdef"
 

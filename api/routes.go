@@ -26,6 +26,7 @@ func (s *Server) endpoints() []route {
 		{"GET", "/v1/status", false, s.status},
 		{"GET", "/v1/stats", false, s.stats},
 		{"GET", "/v1/guilds/{id}", false, s.guild},
+		{"GET", "/v1/hosts", false, s.hosts},
 		{"POST", "/v1/deploy", false, s.deploy},
 		{"GET", "/v1/deploys/{id}", false, s.deployStatus},
 		{"POST", "/v1/clusters/{id}/ops/{op}", false, s.clusterOp},

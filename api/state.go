@@ -32,6 +32,7 @@ type (
 		CrashLoop   bool   `json:"crash_loop"`
 		HeartbeatMS int64  `json:"heartbeat_age_ms"` // -1 when no process
 		Deploying   bool   `json:"deploying"`
+		HostID      string `json:"host_id"` // with [mesh]: the host holding its lease
 		// Heartbeat is the last payload, in a snapshot (kept in
 		// stateCache.beat; cluster events carry none).
 		Heartbeat json.RawMessage `json:"heartbeat,omitempty"`
@@ -59,6 +60,9 @@ type GuildInfo struct {
 	Restarts    int   `json:"restarts"`
 	CrashLoop   bool  `json:"crash_loop"`
 	Deploying   bool  `json:"deploying"`
+	// HostID is the mesh host running the cluster, with [mesh] set (absent
+	// on a single host, and while no host holds the cluster's lease).
+	HostID string `json:"host_id,omitempty"`
 	// Source says where the answer came from: "watch" (sm-api's copy of the
 	// manager's state feed) or "status" (a STATUS request made for it).
 	Source string `json:"source"`
@@ -73,7 +77,7 @@ func guildInfo(g uint64, topo generation.Topology, cs clusterState, ageMS int64,
 		ShardFirst: cs.ShardFirst, ShardLast: cs.ShardLast, Generation: cs.Generation, State: cs.State,
 		Alive: alive(cs), Ready: cs.State == "ready" && cs.Routed, Routed: cs.Routed, PID: cs.PID,
 		HeartbeatMS: ageMS, Restarts: cs.Restarts, CrashLoop: cs.CrashLoop, Deploying: cs.Deploying,
-		Source: source,
+		HostID: cs.HostID, Source: source,
 	}
 }
 

@@ -497,6 +497,7 @@ func lineOfKey(doc, key string, from int) int {
 var reservedEnv = map[string]bool{
 	"SM_SOCKET": true, "SM_CLUSTER": true, "SM_GENERATION": true, "SM_SHARD_FIRST": true,
 	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true,
+	"SM_ORPHAN_TIMEOUT_MS": true,
 }
 
 // Validate checks every key's value, naming the key in the error.

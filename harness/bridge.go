@@ -155,6 +155,15 @@ func (b *bridge) supervise(ctx context.Context, child *os.Process, waitDone <-ch
 			}
 		case <-ctxDone:
 			ctxDone = nil
+			if orphaned(ctx) {
+				// No grace: another host may start this cluster soon.
+				stopping = orphanError(b.cfg.Env.OrphanTimeout)
+				b.log.Error("orphaned: killing child", "why", stopping)
+				if err := child.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+					b.log.Warn("kill child", "err", err)
+				}
+				continue
+			}
 			stop(context.Canceled)
 		case <-clientDone:
 			clientDone = nil

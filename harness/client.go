@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sm-supervisor/sm/backoff"
 	"github.com/sm-supervisor/sm/discord"
 	"github.com/sm-supervisor/sm/ipc"
 )
@@ -17,7 +18,7 @@ import (
 // the cluster named by the environment and, when the manager goes away,
 // reconnects and registers again with the same token.
 func newClient(cfg Config, log *slog.Logger, handler func(*ipc.Client, *ipc.Frame), onConnect func(*ipc.Client, *ipc.Frame)) *ipc.Client {
-	return ipc.NewClient(ipc.ClientConfig{
+	c := ipc.NewClient(ipc.ClientConfig{
 		Path: cfg.Env.Socket,
 		Register: ipc.Frame{
 			Role:       ipc.RoleCluster,
@@ -30,9 +31,28 @@ func newClient(cfg Config, log *slog.Logger, handler func(*ipc.Client, *ipc.Fram
 		Handler:   handler,
 		OnConnect: onConnect,
 		Reconnect: true,
-		Backoff:   cfg.Backoff,
+		Backoff:   reconnectBackoff(cfg.Backoff, cfg.Env.OrphanTimeout),
 		Logger:    log,
 	})
+	if cfg.onClient != nil {
+		cfg.onClient(c)
+	}
+	return c
+}
+
+// reconnectBackoff is p (ipc's default when zero), its longest wait cut to
+// an eighth of the orphan timeout when there is one, so that a successor
+// manager that is up in time is found in time.
+func reconnectBackoff(p backoff.Policy, orphan time.Duration) backoff.Policy {
+	if orphan <= 0 {
+		return p
+	}
+	if p.Min == 0 {
+		p = backoff.Policy{Min: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
+	}
+	p.Max = min(p.Max, max(orphan/8, time.Millisecond))
+	p.Min = min(p.Min, p.Max)
+	return p
 }
 
 // Registration is the payload of the manager's REPLY to REGISTER. Fields it

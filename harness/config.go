@@ -65,6 +65,10 @@ type Config struct {
 	Now func() time.Time
 	// Backoff paces reconnection to the manager; zero means ipc's default.
 	Backoff backoff.Policy
+
+	// onClient is told of the connection to the manager once it is made
+	// (Run watches it for an orphan).
+	onClient func(*ipc.Client)
 }
 
 // SimOptions shape the simulated bot and its injected failures.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sm-supervisor/sm/generation"
 )
@@ -17,6 +18,10 @@ const (
 	EnvShardLast   = "SM_SHARD_LAST"
 	EnvTotalShards = "SM_TOTAL_SHARDS"
 	EnvToken       = "SM_TOKEN"
+	// EnvOrphanTimeout, set by a manager in a mesh (docs/multihost.md), is
+	// how long in milliseconds the process may go without reaching the
+	// manager's socket before it exits with OrphanExitCode. Optional.
+	EnvOrphanTimeout = "SM_ORPHAN_TIMEOUT_MS"
 )
 
 // EnvFlags holds extra command-line flags, space-separated, parsed after the
@@ -34,6 +39,8 @@ type Env struct {
 	ShardLast   int
 	TotalShards int
 	Token       string
+	// OrphanTimeout is EnvOrphanTimeout; 0 (unset) is never.
+	OrphanTimeout time.Duration
 }
 
 // ParseEnv reads and checks the SM_* variables through getenv (os.Getenv in
@@ -69,6 +76,13 @@ func ParseEnv(getenv func(string) string) (Env, error) {
 	e.ShardLast = int(num(EnvShardLast))
 	e.TotalShards = int(num(EnvTotalShards))
 	e.Token = str(EnvToken)
+	if v := getenv(EnvOrphanTimeout); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Sprintf("%s=%q is not a positive integer", EnvOrphanTimeout, v))
+		}
+		e.OrphanTimeout = time.Duration(n) * time.Millisecond
+	}
 	if len(errs) == 0 {
 		switch {
 		case e.TotalShards < 1:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sm-supervisor/sm/ipc"
@@ -24,12 +25,31 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Logger.Info("cluster-harness starting", "mode", cfg.Mode.String(),
 		"shard_first", cfg.Env.ShardFirst, "shard_last", cfg.Env.ShardLast, "total_shards", cfg.Env.TotalShards)
+	// An orphan (Env.OrphanTimeout without reaching the manager) ends ctx
+	// with errOrphaned: the bot stops at once, and the result is
+	// OrphanExitCode whatever the stop returned.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var watching sync.WaitGroup
+	cfg.onClient = func(c *ipc.Client) {
+		if cfg.Env.OrphanTimeout > 0 {
+			watching.Go(func() { watchOrphan(ctx, cancel, c.Connected, cfg.Env.OrphanTimeout, cfg.Now) })
+		}
+	}
 	var err error
 	switch cfg.Mode {
 	case ModeExec:
 		err = runBridge(ctx, cfg)
 	default:
 		err = runSim(ctx, cfg)
+	}
+	isOrphan := orphaned(ctx)
+	cancel(nil)
+	watching.Wait()
+	if isOrphan {
+		cfg.Logger.Error("exiting: the manager's socket could not be reached in time; another host may take this cluster over",
+			"orphan_timeout", cfg.Env.OrphanTimeout, "exit_code", OrphanExitCode)
+		return orphanError(cfg.Env.OrphanTimeout)
 	}
 	var exit *ExitError
 	if err != nil && !errors.As(err, &exit) {

@@ -3,6 +3,7 @@ package manager
 import (
 	"time"
 
+	"github.com/sm-supervisor/sm/mesh"
 	"github.com/sm-supervisor/sm/supervise"
 )
 
@@ -21,6 +22,9 @@ func (m *Manager) restore() bool {
 		return false
 	}
 	m.restarted = true
+	if m.mesh != nil && st.MeshHost == m.mesh.agent.Me.Host && st.MeshBoot != "" {
+		m.mesh.prev = mesh.Holder{Host: st.MeshHost, Boot: st.MeshBoot}
+	}
 	t := newRouteTable(st.Topology, st.Generation, &m.rules)
 	for i, s := range t.slots {
 		s.gen = st.SlotGens[i]

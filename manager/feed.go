@@ -22,6 +22,7 @@ import (
 //	{"type":"topology","status":{...Status...}}   (after a re-clustering switch)
 //	{"type":"discord","discord":{...DiscordStatus...}} (identify gate and budget)
 //	{"type":"recycle","cluster":3,"generation":5,...RecycleStatus...} (a recycle's start and end)
+//	{"type":"hosts","hosts":[...HostStatus...]}  (with [mesh]: the hosts changed)
 //
 // The heartbeat payload is the cluster's own bytes, never parsed. Nothing in
 // the feed holds a token, an environment variable or a command line.
@@ -33,6 +34,7 @@ const (
 	EventTopology  = "topology"
 	EventDiscord   = "discord"
 	EventRecycle   = "recycle"
+	EventHosts     = "hosts"
 )
 
 // Subscription receives feed events. C is closed when the subscription ends:
@@ -216,6 +218,7 @@ func (m *Manager) flushFeed() {
 			m.feed.publish(b)
 		}
 	}
+	m.flushHosts()
 	// Only after the deploy was fed an event: its status is hundreds of KiB
 	// of JSON with many clusters, too much to build after every heartbeat.
 	if m.dep != nil && m.depFed && (m.depPublished != m.dep || !m.depPublishedDone) {

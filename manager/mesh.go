@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,16 @@ type meshState struct {
 	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
 	// process of the cluster to be confirmed gone.
 	fences map[int][]chan struct{}
+	// prev is the previous boot of this host, from the state file: its
+	// leases are taken over at start (mesh.Agent.TakeOver).
+	prev mesh.Holder
+
+	// The feed's view of the mesh (meshfeed.go): viewPosted while an
+	// evMeshView waits for the loop; the rest loop-owned.
+	viewPosted atomic.Bool
+	hostsKey   string         // the hosts as last published, lease ages left out
+	hostsDirty bool           // the hosts changed since the last hosts event
+	owners     map[int]string // each cluster's holder as last published
 }
 
 // joinMesh connects to the mesh's NATS server and opens its buckets, so
@@ -42,6 +53,12 @@ func (m *Manager) joinMesh() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lease.Duration)
 	defer cancel()
 	st, err := mesh.Open(ctx, nc, cfg.Name, cfg.Lease.Duration, mesh.Replicas(cfg.Replicas))
+	topo := m.table().topo
+	mtopo := mesh.Topology{TotalShards: topo.Total, ShardsPerCluster: topo.PerCluster}
+	digest := mesh.ClusterDigest(m.cfg.Cluster.Command, m.cfg.Cluster.Env, m.cfg.Cluster.Dir)
+	if err == nil {
+		err = checkSameConfig(ctx, st, mesh.HostRecord{Holder: mesh.Holder{Host: cfg.HostID}, Topology: mtopo, Cluster: digest})
+	}
 	var md *meshDiscord
 	if err == nil {
 		md, err = m.openMeshDiscord(ctx, st)
@@ -50,21 +67,42 @@ func (m *Manager) joinMesh() error {
 		nc.Close()
 		return err
 	}
-	topo := m.table().topo
 	ms := &meshState{nc: nc, store: st, fences: map[int][]chan struct{}{}, disc: md}
 	ms.agent = &mesh.Agent{
 		Store:    st,
 		Me:       mesh.Holder{Host: cfg.HostID, Boot: mesh.NewBootID()},
 		Capacity: cfg.MaxClusters,
-		Topology: mesh.Topology{TotalShards: topo.Total, ShardsPerCluster: topo.PerCluster},
+		Topology: mtopo,
+		Cluster:  digest,
 		Log:      m.log,
 		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
 		Stop:     m.meshStop,
+		Viewed:   m.meshViewed,
 	}
 	m.mesh = ms
 	m.router = newRouter(m, nc, ms.agent.Me, st)
 	return nil
 }
+
+// checkSameConfig refuses to join a mesh whose live hosts run another
+// [topology] or [cluster] (mesh.ErrConfigMismatch, naming the difference).
+// It only reads: nothing is written before the check passes. Two hosts with
+// different configurations starting in the same instant both see no other
+// record and are not refused; every later start is.
+func checkSameConfig(ctx context.Context, st *mesh.Store, me mesh.HostRecord) error {
+	hosts, err := st.Hosts(ctx)
+	if err != nil {
+		return err
+	}
+	return mesh.CheckSameConfig(me, hosts)
+}
+
+// orphanTimeout is SM_ORPHAN_TIMEOUT_MS for a mesh of lease L: L/8. A
+// cluster whose manager died exits once it cannot reach the socket for
+// that long; the manager's last renewal was at most a renewal interval (L/4)
+// before it died, so the cluster is gone within 3L/8 (+ its own polling) of
+// that write, well before the lease can expire (L) for another host.
+func orphanTimeout(lease time.Duration) time.Duration { return lease / 8 }
 
 // meshStop is the agent's Stop: it returns once every process of cluster c
 // is confirmed gone (a fence is a SIGKILL of the group), or once the manager
@@ -84,10 +122,13 @@ func (m *Manager) meshStop(c int) {
 // clusters' processes are confirmed gone); without, it closes the connection
 // first, so the leases are left to expire: some process may still be alive.
 func (m *Manager) runMesh() (stop func(release bool)) {
+	taken := m.succeed()
 	now := time.Now()
 	for _, s := range m.table().slots {
-		m.setRemote(s, true)
-		m.do(s, s.sup.Hold(now, false)) // a previous boot's survivors too: fenced
+		// A previous boot's survivors are fenced, but for the clusters
+		// whose leases this boot took over: those are adopted.
+		m.setRemote(s, !taken[s.id])
+		m.do(s, s.sup.Hold(now, taken[s.id]))
 	}
 	m.mesh.disc.start(m.mesh.agent.Me)
 	if err := m.router.start(); err != nil {
@@ -112,6 +153,31 @@ func (m *Manager) runMesh() (stop func(release bool)) {
 		<-done
 		m.mesh.nc.Close()
 	}
+}
+
+// succeed takes over the leases of this host's previous boot, if the state
+// file named one (restore), and returns the clusters this boot now holds.
+// It runs before the loop, bounded by half a lease: the survivors waiting
+// to register count their SM_ORPHAN_TIMEOUT_MS meanwhile.
+func (m *Manager) succeed() map[int]bool {
+	prev := m.mesh.prev
+	if prev.Boot == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Mesh.Lease.Duration/2)
+	defer cancel()
+	start := time.Now()
+	held, err := m.mesh.agent.TakeOver(ctx, prev)
+	if err != nil {
+		m.log.Warn("mesh: some of the previous boot's leases were not taken over; their clusters are fenced", "previous_boot", prev.Boot, "err", err)
+	}
+	m.log.Info("mesh: took over the previous boot's leases: adopting its clusters", "previous_boot", prev.Boot, "boot", m.mesh.agent.Me.Boot,
+		"clusters", held, "took", time.Since(start).Round(time.Millisecond))
+	taken := map[int]bool{}
+	for _, c := range held {
+		taken[c] = true
+	}
+	return taken
 }
 
 // meshHold carries out the agent's decision about cluster c: held, it may

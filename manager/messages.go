@@ -98,6 +98,8 @@ type (
 		held    bool
 		done    chan struct{}
 	}
+	// evMeshView is the mesh agent's news that its view changed (meshfeed.go).
+	evMeshView struct{}
 	// evIdentifyClaimed is the mesh's shared identify gate answering a
 	// claim of a bucket's slot (meshdiscord.go).
 	evIdentifyClaimed struct{ r claimResult }
@@ -139,6 +141,7 @@ func (evRecycleSamples) isEvent() {}
 
 func (evIdentifyClaimed) isEvent() {}
 func (evMeshResume) isEvent()      {}
+func (evMeshView) isEvent()        {}
 
 // apply handles one event on the loop.
 func (m *Manager) apply(ev event) {
@@ -187,6 +190,8 @@ func (m *Manager) apply(ev event) {
 		m.reshardChecked(reshardCheck(ev))
 	case evRecycleSamples:
 		m.recycleSampled(ev.samples)
+	case evMeshView:
+		m.meshView()
 	case evFunc:
 		ev(m)
 	default:

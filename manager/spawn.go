@@ -57,6 +57,9 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 		"SM_TOTAL_SHARDS=" + strconv.Itoa(s.topo.Total),
 		"SM_TOKEN=" + token,
 	}, sp.env...)
+	if m.cfg.Mesh.Enabled() {
+		env = append(env, "SM_ORPHAN_TIMEOUT_MS="+strconv.FormatInt(orphanTimeout(m.cfg.Mesh.Lease.Duration).Milliseconds(), 10))
+	}
 	process, err := m.spawner.Spawn(supervise.Spec{Argv: sp.argv, Env: env, Dir: sp.dir})
 	if err != nil {
 		return nil, err

@@ -39,6 +39,11 @@ type savedState struct {
 	// Handoffs are the QUIESCED handoffs waiting for their cluster's next
 	// ACTIVATE, by cluster of Topology.
 	Handoffs map[int]string `json:"handoffs,omitempty"`
+	// MeshHost and MeshBoot name the manager's boot in its mesh, with
+	// [mesh]: a successor on the same host takes that boot's leases over
+	// (docs/multihost.md).
+	MeshHost string `json:"mesh_host,omitempty"`
+	MeshBoot string `json:"mesh_boot,omitempty"`
 }
 
 type savedSpec struct {
@@ -99,6 +104,9 @@ func (m *Manager) collectState() savedState {
 		Version: stateVersion, ManagerPID: os.Getpid(), Written: time.Now(),
 		Generation: m.gen, Topology: t.topo, Specs: map[int64]savedSpec{},
 		Handoffs: m.savedHandoffs(t),
+	}
+	if m.mesh != nil {
+		st.MeshHost, st.MeshBoot = m.mesh.agent.Me.Host, m.mesh.agent.Me.Boot
 	}
 	for _, s := range t.slots {
 		st.SlotGens = append(st.SlotGens, s.gen)

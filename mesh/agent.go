@@ -20,7 +20,10 @@ type Agent struct {
 	Me       Holder
 	Capacity int
 	Topology Topology
-	Log      *slog.Logger
+	// Cluster is the host's [cluster] table (ClusterDigest), carried in its
+	// record so that a host with another one is refused (CheckSameConfig).
+	Cluster map[string]string
+	Log     *slog.Logger
 	// Now is the clock (time.Now when nil): monotonic readings, as the
 	// lease arithmetic counts from the send of each write.
 	Now func() time.Time
@@ -31,6 +34,11 @@ type Agent struct {
 	// once the process is gone (a fence is a SIGKILL of the process group,
 	// confirmed); the margin it has is Timing.Margin.
 	Stop func(c int)
+	// Viewed, if set, is called after a pass in which the hosts (their ids,
+	// boots, capacities, clusters) or the leases' holders changed from what
+	// the previous call saw: the owner reads Snapshot for the news. Called
+	// on Run's goroutine; it must not block.
+	Viewed func()
 
 	mu     sync.Mutex // guards the fields below
 	held   map[int]Held
@@ -85,14 +93,21 @@ func (a *Agent) now() time.Time {
 // holds, releases their leases, so that other hosts need not wait them out,
 // and removes its host record.
 func (a *Agent) Run(ctx context.Context) error {
-	a.mu.Lock()
-	a.held, a.start = map[int]Held{}, time.Now()
-	a.mu.Unlock()
+	a.init() // TakeOver may have begun it
 	if a.Log == nil {
 		a.Log = slog.New(slog.DiscardHandler)
 	}
 	t := a.Store.Timing
-	for {
+	// A successor that took leases over (TakeOver) goes straight to the
+	// passes, which renew and fence them; each pass announces the host
+	// until its record is there.
+	a.mu.Lock()
+	succeeded := a.hostAt != 0 || len(a.held) > 0
+	a.mu.Unlock()
+	if succeeded {
+		a.joined = a.now()
+	}
+	for !succeeded {
 		rev, err := a.Store.Announce(ctx, a.record(), 0)
 		if err == nil {
 			a.setHostRev(rev)
@@ -110,8 +125,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.Log.Info("mesh: joined", "host", a.Me.Host, "boot", a.Me.Boot, "capacity", a.Capacity)
 	defer a.leave()
+	var seen string
 	for {
 		a.step(ctx)
+		a.noteView(&seen)
 		wait := t.Renew / 4
 		a.mu.Lock()
 		for _, h := range a.held {
@@ -259,7 +276,7 @@ func (a *Agent) record() HostRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return HostRecord{Holder: a.Me, Capacity: a.Capacity, Clusters: slices.Sorted(maps.Keys(a.held)),
-		Topology: a.Topology, Started: a.start}
+		Topology: a.Topology, Cluster: a.Cluster, Started: a.start}
 }
 
 func (a *Agent) setHostRev(rev uint64) {

@@ -37,6 +37,8 @@ type HostRecord struct {
 	Clusters []int `json:"clusters"`
 	// Topology is the shard split the host runs: hosts of a mesh must agree.
 	Topology Topology `json:"topology"`
+	// Cluster is the host's [cluster] table as ClusterDigest gives it.
+	Cluster map[string]string `json:"cluster,omitempty"`
 	// Started is when this boot started (the host's wall clock, for people).
 	Started time.Time `json:"started"`
 	// Written is when the server stored the record as last read (its

@@ -20,7 +20,10 @@ import (
 	"github.com/sm-supervisor/sm/statusws"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, "../cmd/cluster-harness") }
+// TestMain builds nats-server from its Go module too, for the mesh page test.
+func TestMain(m *testing.M) {
+	testenv.Main(m, "../cmd/cluster-harness", "github.com/nats-io/nats-server/v2")
+}
 
 // testConfig is testenv's small, fast topology: 8 shards, 2 per cluster, 4 clusters.
 func testConfig(t *testing.T) *config.Config { return testenv.Config(t.TempDir()) }

@@ -34,6 +34,7 @@ func run() error {
 	cfgPath := flag.String("config", "/etc/sm/sm.toml", "path of the TOML configuration")
 	logJSON := flag.Bool("log-json", false, "log as JSON lines instead of text")
 	check := flag.Bool("check", false, "validate the configuration and exit")
+	hosts := flag.Bool("hosts", false, "print the mesh's hosts and clusters from the running manager's STATUS and exit")
 	// Hidden (no usage line): for profiling under load, see docs/performance.md.
 	cpuProfile := flag.String("cpuprofile", "", "")
 	flag.Usage = usage
@@ -53,6 +54,9 @@ func run() error {
 	if cfg.State.Dir == "" {
 		// systemd's StateDirectory=: where the state file goes by default.
 		cfg.State.Dir = os.Getenv("STATE_DIRECTORY")
+	}
+	if *hosts {
+		return printHosts(cfg.Socket, os.Stdout)
 	}
 	if *check {
 		// What a DEPLOY of this file would refuse, -check refuses.

@@ -87,8 +87,16 @@ func startMeshHost(t *testing.T, url, id string, maxClusters int) *meshHost {
 func startMeshHostWith(t *testing.T, url, id string, maxClusters int, extra string) *meshHost {
 	t.Helper()
 	path, sock := meshConfig(t, url, id, maxClusters, extra)
+	return startMeshHostAt(t, id, path, sock)
+}
+
+// startMeshHostAt is startMeshHost with a config already written; prefix,
+// if any, wraps the command (ip netns exec NS: the host in a namespace).
+func startMeshHostAt(t *testing.T, id, path, sock string, prefix ...string) *meshHost {
+	t.Helper()
 	h := &meshHost{id: id, sock: sock, out: &testenv.Buffer{}, done: make(chan struct{})}
-	h.cmd = exec.Command(testenv.Bin("sm-manager"), "-config", path)
+	argv := append(slices.Clone(prefix), testenv.Bin("sm-manager"), "-config", path)
+	h.cmd = exec.Command(argv[0], argv[1:]...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -111,6 +111,8 @@
     clusters: [], // by cluster id
     deploy: null,
     discord: null, // the identify gate and session-start budget, if reported
+    hosts: null, // with [mesh]: the hosts, and when they were reported (hostsAt)
+    hostsAt: 0,
     skew: 0, // client clock minus the manager's, from the snapshot's "at"
     lastMsg: 0,
   };
@@ -139,6 +141,7 @@
     model.status = st;
     model.deploy = isObj(st.deploy) ? st.deploy : null;
     model.discord = isObj(st.discord) ? st.discord : null;
+    applyHosts(st.hosts, now);
     const at = parseTime(st.at);
     if (at) model.skew = now - at;
     model.clusters = [];
@@ -197,6 +200,17 @@
     markDirty(c);
   }
 
+  // applyHosts keeps the mesh's hosts (a STATUS's or a hosts event's list):
+  // each id, capacity, clusters and lease age; none on a single host.
+  function applyHosts(list, now) {
+    model.hosts = Array.isArray(list) ? list.filter(function (x) { return isObj(x) && typeof x.id === 'string'; }) : null;
+    if (model.hosts && model.hosts.length === 0) model.hosts = null;
+    model.hostsAt = now;
+    hostsDirty = true;
+    for (const c of model.clusters) if (c) c.dirty = true;
+    schedule();
+  }
+
   function applyDeploy(d) {
     if (!isObj(d)) return;
     model.deploy = d;
@@ -242,6 +256,9 @@
         break;
       case 'discord':
         if (isObj(ev.discord)) { model.discord = ev.discord; schedule(); }
+        break;
+      case 'hosts':
+        applyHosts(ev.hosts, now);
         break;
     }
   }
@@ -292,6 +309,7 @@
   // ------------------------------------------------------------------- view
 
   let deployDirty = false;
+  let hostsDirty = false;
   let scheduled = false;
 
   function markDirty(c) {
@@ -320,6 +338,10 @@
       deployDirty = false;
       renderDeploy(now);
     }
+    if (hostsDirty) {
+      hostsDirty = false;
+      renderHosts();
+    }
     renderSummary();
   }
 
@@ -343,8 +365,9 @@
     v.cid = h('span', 'cid', '#' + c.id);
     v.range = h('span', 'range');
     v.gen = h('span', 'gen');
+    v.host = h('span', 'host-tag');
     v.state = h('span', 'badge');
-    head.append(v.cid, v.range, h('span', 'grow'), v.gen);
+    head.append(v.cid, v.range, h('span', 'grow'), v.host, v.gen);
 
     // The shard cells, with the cluster's state beside them.
     const row = h('div', 'cells-row');
@@ -406,15 +429,24 @@
     const v = c.view;
     if (!v) return;
     const info = c.info;
-    const cls = clusterClass(info.state);
-    setClass(v.card, 'card', 's-' + cls + (info.crash_loop ? ' crash' : ''));
+    // A cluster another mesh host runs: this manager has no process of it,
+    // and its state here says nothing about it there.
+    const remote = isRemote(info);
+    const cls = remote ? 'unknown' : clusterClass(info.state);
+    setClass(v.card, 'card', 's-' + cls + (info.crash_loop ? ' crash' : '') + (remote ? ' remote' : ''));
     v.card.dataset.state = String(info.state || 'unknown');
     v.card.dataset.generation = String(info.generation);
     const first = isInt(info.shard_first) ? info.shard_first : 0;
     const last = isInt(info.shard_last) ? info.shard_last : first - 1;
     setText(v.range, first === last ? 'shard ' + first : 'shards ' + first + '–' + last);
     setText(v.gen, 'g' + info.generation);
-    setText(v.state, String(info.state || 'unknown').replace('_', ' '));
+    const host = typeof info.host_id === 'string' ? info.host_id : '';
+    setText(v.host, host ? '@' + clip(host, 32) : '');
+    v.host.title = host ? 'runs on host ' + host : '';
+    v.card.dataset.host = host;
+    show(v.host, host !== '');
+    v.card.dataset.remote = remote ? 'true' : 'false';
+    setText(v.state, remote ? 'elsewhere' : String(info.state || 'unknown').replace('_', ' '));
     setClass(v.state, 'badge', 's-' + cls);
 
     const live = isInt(info.pid) && info.pid > 0 && (cls === 'ready' || cls === 'connecting' || cls === 'quiescing');
@@ -510,7 +542,9 @@
       setClass(v.age, 'age', '');
     }
     let note = '';
-    if (info.state === 'restarting' || info.state === 'crash_loop') {
+    if (isRemote(info)) {
+      note = 'runs on host ' + clip(info.host_id, 32);
+    } else if (info.state === 'restarting' || info.state === 'crash_loop') {
       if (c.restartAt > now) note = 'restart in ' + fmtAge(c.restartAt - now);
       else if (info.state === 'restarting') note = 'restarting…';
       if (info.last_exit) note = (note ? note + ' · ' : '') + 'last exit: ' + clip(info.last_exit, 80);
@@ -685,6 +719,56 @@
         it.def.fmt(pts.reduce(function (a, s) { return Math.min(a, s[key]); }, Infinity)) + ' – ' + it.def.fmt(hi);
     }
     v.box.hidden = !any;
+  }
+
+  // ------------------------------------------------------------------ hosts
+
+  // selfHost is this manager's host id in a mesh, '' on a single host.
+  function selfHost() {
+    if (!model.hosts) return '';
+    for (const x of model.hosts) if (x.self === true) return x.id;
+    return '';
+  }
+
+  // isRemote: the cluster is held by another host of the mesh.
+  function isRemote(info) {
+    const me = selfHost();
+    return me !== '' && typeof info.host_id === 'string' && info.host_id !== '' && info.host_id !== me;
+  }
+
+  // renderHosts draws the mesh's hosts: one row per host with its clusters
+  // against its capacity, the cluster ids and its lease age (ticking).
+  function renderHosts() {
+    const sec = $('hosts');
+    const hosts = model.hosts;
+    show(sec, !!hosts);
+    if (!hosts) { sec.replaceChildren(); return; }
+    const head = h('div', 'hosts-head');
+    let total = 0;
+    for (const x of hosts) total += Array.isArray(x.clusters) ? x.clusters.length : 0;
+    head.append(h('span', 'dep-title', 'mesh'), h('span', 'hosts-count',
+      hosts.length + ' host' + (hosts.length === 1 ? '' : 's') + ' · ' + total + ' cluster' + (total === 1 ? '' : 's') + ' held'));
+    const rows = [head];
+    for (const x of hosts) {
+      const ids = Array.isArray(x.clusters) ? x.clusters.filter(isInt) : [];
+      const cap = isInt(x.capacity) && x.capacity > 0 ? x.capacity : 0;
+      const row = h('div', 'host-row' + (x.self === true ? ' self' : ''));
+      row.dataset.host = x.id;
+      row.dataset.clusters = ids.join(',');
+      row.dataset.capacity = String(cap);
+      const load = h('span', 'host-load', ids.length + (cap ? ' / ' + cap : '') + ' clusters');
+      const bar = h('span', 'host-bar');
+      const fill = h('i', 'host-fill');
+      fill.style.width = (cap ? Math.min(100, Math.round(100 * ids.length / cap)) : ids.length ? 100 : 0) + '%';
+      bar.append(fill);
+      // The age as of the report: a renewal alone sends no event, so the
+      // page cannot age it on its own (a host gone is a new report).
+      const age = h('span', 'host-age', isNum(x.lease_age_ms) ? 'lease renewed ' + fmtAge(x.lease_age_ms) + ' before ' + clockTime(model.hostsAt) : '');
+      row.append(h('span', 'host-id', clip(x.id, 64) + (x.self === true ? ' (this host)' : '')), load, bar,
+        h('span', 'host-clusters', ids.length ? '#' + ids.join(' #') : 'no clusters'), age);
+      rows.push(row);
+    }
+    sec.replaceChildren.apply(sec, rows);
   }
 
   // ----------------------------------------------------------------- deploy

@@ -20,6 +20,25 @@ const QUIESCED_REPLY_MS = 1000;
 /** How long a quiesce that lost its connection waits to reconnect and send QUIESCED. */
 const QUIESCE_RECONNECT_MS = 5000;
 
+/**
+ * The exit status of a process whose manager could not be reached for
+ * SM_ORPHAN_TIMEOUT_MS (EX_TEMPFAIL), as cluster-harness exits.
+ */
+export const ORPHAN_EXIT_CODE = 75;
+
+// SM_ORPHAN_TIMEOUT_MS: a positive integer, or absent (never orphaned).
+function orphanTimeoutOf(o, env) {
+  if (o.orphanTimeoutMs !== undefined) {
+    if (!Number.isSafeInteger(o.orphanTimeoutMs) || o.orphanTimeoutMs < 0) {
+      throw new SmError(Codes.BAD_CONFIG, 'orphanTimeoutMs must be a non-negative integer (0: never)');
+    }
+    return o.orphanTimeoutMs;
+  }
+  const v = envInt(env, 'SM_ORPHAN_TIMEOUT_MS');
+  if (v === 0) throw new SmError(Codes.BAD_CONFIG, 'SM_ORPHAN_TIMEOUT_MS must be a positive integer');
+  return v ?? 0;
+}
+
 // An SM_* integer: plain digits (absent: undefined, left out of REGISTER so
 // that the manager answers bad_frame, as it does for any such REGISTER).
 function envInt(env, name) {
@@ -102,6 +121,11 @@ export class Cluster extends Peer {
     this._exitOnQuiesce = o.exitOnQuiesce ?? true;
     this._exitOnRefused = o.exitOnRefused ?? true;
     this._handleSigterm = o.handleSigterm ?? true;
+    // With [mesh] the manager sets SM_ORPHAN_TIMEOUT_MS: a process that
+    // cannot reach it that long exits, before its lease passes to another host.
+    this.orphanTimeoutMs = orphanTimeoutOf(o, env);
+    this._exitOnOrphan = o.exitOnOrphan ?? true;
+    this._orphanTimer = null;
 
     // From the REGISTER reply (see applyRegistration).
     this.shardFirst = undefined;
@@ -137,6 +161,11 @@ export class Cluster extends Peer {
     };
 
     const lo = linkOptions(o, 30_000);
+    if (this.orphanTimeoutMs > 0) {
+      // A successor manager that is up in time must be found in time.
+      const cap = Math.max(1, Math.floor(this.orphanTimeoutMs / 8));
+      lo.backoff = { ...lo.backoff, maxMs: Math.min(lo.backoff.maxMs, cap), minMs: Math.min(lo.backoff.minMs, cap) };
+    }
     this.link = new Link({
       ...lo,
       path: this.socketPath,
@@ -147,6 +176,7 @@ export class Cluster extends Peer {
     this.link.on('registered', (payload, first) => this.onRegistered(payload, first));
     this.link.on('disconnect', (err) => {
       this.stopBeats();
+      this.armOrphan();
       this.emit('disconnect', err);
     });
     this.link.on('refused', (err) => this.onRefused(err));
@@ -165,7 +195,29 @@ export class Cluster extends Peer {
     return this;
   }
 
+  // armOrphan starts the count of SM_ORPHAN_TIMEOUT_MS from the loss of the
+  // connection; a registration in time stops it (onRegistered).
+  armOrphan() {
+    if (this.orphanTimeoutMs <= 0 || this._orphanTimer || this._closed) return;
+    const lost = Date.now();
+    this._orphanTimer = setTimeout(() => {
+      this._orphanTimer = null;
+      if (this._closed || this.link.connected) return;
+      const err = new SmError(Codes.UNAVAILABLE,
+        `the manager's socket could not be reached for ${Date.now() - lost} ms (SM_ORPHAN_TIMEOUT_MS ${this.orphanTimeoutMs}): another host may take this cluster over`);
+      this.logger.error(`sm: orphaned: ${err.message}; exiting ${ORPHAN_EXIT_CODE}`);
+      this.emit('orphaned', err);
+      if (this._exitOnOrphan) process.exit(ORPHAN_EXIT_CODE);
+    }, this.orphanTimeoutMs);
+  }
+
+  disarmOrphan() {
+    if (this._orphanTimer) clearTimeout(this._orphanTimer);
+    this._orphanTimer = null;
+  }
+
   onRegistered(payload, first) {
+    this.disarmOrphan();
     this.applyRegistration(payload ?? {}, first);
     this.startBeats();
     if (!first) {
@@ -205,6 +257,7 @@ export class Cluster extends Peer {
   }
 
   onRefused(err) {
+    this.disarmOrphan();
     this.stopBeats();
     this._closed = true;
     this.logger.error(`sm: the manager refused this process's REGISTER (${err.code}: ${err.message})`);
@@ -540,6 +593,7 @@ export class Cluster extends Peer {
   /** Stops heartbeats and closes the connection; no reconnection, no exit. */
   async close() {
     this._closed = true;
+    this.disarmOrphan();
     this.stopBeats();
     if (this._handleSigterm) process.removeListener('SIGTERM', this._onSigterm);
     await this.link.close();

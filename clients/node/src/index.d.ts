@@ -164,7 +164,17 @@ export interface ClusterOptions extends CommonOptions {
   exitOnRefused?: boolean;
   /** Treat SIGTERM as QUIESCE; default true. */
   handleSigterm?: boolean;
+  /**
+   * Override SM_ORPHAN_TIMEOUT_MS (set by a manager in a mesh): how long the
+   * process may be without its manager before it is orphaned; 0 is never.
+   */
+  orphanTimeoutMs?: number;
+  /** Exit ORPHAN_EXIT_CODE (75) when orphaned; default true. */
+  exitOnOrphan?: boolean;
 }
+
+/** The exit status of an orphaned cluster process (EX_TEMPFAIL). */
+export declare const ORPHAN_EXIT_CODE: 75;
 
 /** How the manager started this process (REGISTER reply `start`). */
 export type StartKind = 'first' | 'respawn' | 'candidate' | 'unknown';
@@ -175,6 +185,11 @@ interface ClusterEvents extends PeerEvents {
   quiesced: [];
   /** A re-REGISTER was refused: final (with exitOnRefused the process exits 1). */
   error: [error: SmError];
+  /**
+   * The manager's socket could not be reached for orphanTimeoutMs (with
+   * exitOnOrphan the process then exits 75).
+   */
+  orphaned: [error: SmError];
 }
 
 /** A registered cluster process. */
@@ -193,6 +208,8 @@ export class Cluster extends EventEmitter<ClusterEvents> implements Peer {
   readonly active: boolean;
   readonly quiescing: boolean;
   readonly heartbeatIntervalMs: number;
+  /** SM_ORPHAN_TIMEOUT_MS (or the option); 0 when the process is never orphaned. */
+  readonly orphanTimeoutMs: number;
   /** The manager's identify gate; null from a manager without one. */
   readonly identifyGate: IdentifyGate | null;
   /** /gateway/bot as the manager knows it; null without a Discord token. */

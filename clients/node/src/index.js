@@ -4,11 +4,12 @@
 //
 //   connect(options)        a cluster process: REGISTER from the SM_* environment,
 //                           heartbeats, handlers, requests, identify gate,
-//                           ACTIVATE / QUIESCE, reconnection after a manager restart
+//                           ACTIVATE / QUIESCE, reconnection after a manager restart,
+//                           exit 75 when orphaned in a mesh (SM_ORPHAN_TIMEOUT_MS)
 //   connectClient(options)  a role client: requests, broadcast, STATUS, WATCH, DEPLOY
 //   SmError                 every failure, with the protocol's stable `code`
 
-export { connect, Cluster } from './cluster.js';
+export { connect, Cluster, ORPHAN_EXIT_CODE } from './cluster.js';
 export { connectClient, Client } from './client.js';
 export { SmError, Codes } from './errors.js';
 export { DEFAULT_MAX_FRAME_BYTES } from './framing.js';
