@@ -105,14 +105,20 @@ func keyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValu
 			}
 		}
 		cancel()
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		if err == nil || !transient(err) || !pause(ctx) {
 			return kv, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(50 * time.Millisecond):
-		}
+	}
+}
+
+// pause waits the 50 ms between two attempts at a bucket; false if ctx
+// ended first.
+func pause(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(50 * time.Millisecond):
+		return true
 	}
 }
 
@@ -141,13 +147,8 @@ func settled(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyValueStat
 		}
 		var api *jetstream.APIError
 		notYet := errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound
-		if !(transient(err) || notYet) || ctx.Err() != nil {
+		if !(transient(err) || notYet) || !pause(ctx) {
 			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
