@@ -492,7 +492,7 @@ func lineOfKey(doc, key string, from int) int {
 // reservedEnv are the variables the manager sets in every cluster's environment.
 var reservedEnv = map[string]bool{
 	"SM_SOCKET": true, "SM_CLUSTER": true, "SM_GENERATION": true, "SM_SHARD_FIRST": true,
-	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true,
+	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true, "SM_HOST_ID": true,
 }
 
 // Validate checks every key's value, naming the key in the error.

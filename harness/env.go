@@ -17,6 +17,9 @@ const (
 	EnvShardLast   = "SM_SHARD_LAST"
 	EnvTotalShards = "SM_TOTAL_SHARDS"
 	EnvToken       = "SM_TOKEN"
+	// EnvHostID names the host the manager runs on: its mesh.host_id, else
+	// the machine's hostname. Optional: an older manager sets none.
+	EnvHostID = "SM_HOST_ID"
 )
 
 // EnvFlags holds extra command-line flags, space-separated, parsed after the
@@ -34,6 +37,8 @@ type Env struct {
 	ShardLast   int
 	TotalShards int
 	Token       string
+	// Host is SM_HOST_ID, "" when the manager set none.
+	Host string
 }
 
 // ParseEnv reads and checks the SM_* variables through getenv (os.Getenv in
@@ -69,6 +74,7 @@ func ParseEnv(getenv func(string) string) (Env, error) {
 	e.ShardLast = int(num(EnvShardLast))
 	e.TotalShards = int(num(EnvTotalShards))
 	e.Token = str(EnvToken)
+	e.Host = getenv(EnvHostID)
 	if len(errs) == 0 {
 		switch {
 		case e.TotalShards < 1:

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -56,6 +57,7 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 		"SM_SHARD_LAST=" + strconv.Itoa(s.last),
 		"SM_TOTAL_SHARDS=" + strconv.Itoa(s.topo.Total),
 		"SM_TOKEN=" + token,
+		"SM_HOST_ID=" + m.hostID(),
 	}, sp.env...)
 	process, err := m.spawner.Spawn(supervise.Spec{Argv: sp.argv, Env: env, Dir: sp.dir})
 	if err != nil {
@@ -68,6 +70,17 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 	m.log.Info("cluster spawned", "cluster", s.id, "generation", gen, "pid", process.PID(), "shards", fmt.Sprintf("%d-%d", s.first, s.last))
 	m.watchExit(p)
 	return p, nil
+}
+
+// hostID names this host to its clusters (SM_HOST_ID): mesh.host_id in a
+// mesh, else the machine's hostname, so that records several hosts write
+// (cluster-harness --record) say where each process ran.
+func (m *Manager) hostID() string {
+	if id := m.cfg.Mesh.HostID; id != "" {
+		return id
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 func newToken() string {
