@@ -20,7 +20,10 @@ import (
 	"github.com/sm-supervisor/sm/manager"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, "../cmd/cluster-harness", "../cmd/sm-manager") }
+// TestMain builds nats-server from its Go module too, for the mesh tests.
+func TestMain(m *testing.M) {
+	testenv.Main(m, "../cmd/cluster-harness", "../cmd/sm-manager", "github.com/nats-io/nats-server/v2")
+}
 
 // env is a running manager on a socket in a temp dir.
 type env struct {

@@ -26,6 +26,9 @@ type meshState struct {
 	// Loop-owned: the agent's Stop calls waiting, per cluster, for every
 	// process of the cluster to be confirmed gone.
 	fences map[int][]chan struct{}
+	// groups are the live processes by cluster, for the watchdog's kill
+	// (meshfence.go); not loop-owned.
+	groups procGroups
 }
 
 // joinMesh connects to the mesh's NATS server and opens its buckets, so
@@ -59,6 +62,7 @@ func (m *Manager) joinMesh() error {
 		Log:      m.log,
 		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
 		Stop:     m.meshStop,
+		Kill:     m.meshKill,
 	}
 	m.mesh = ms
 	return nil
@@ -124,6 +128,7 @@ func (m *Manager) meshHold(c int, held bool, done chan struct{}) {
 	}
 	s := t.slots[c]
 	if held {
+		s.fenced.Store(false)
 		m.log.Info("mesh: cluster held here: supervising it", "cluster", c)
 	} else {
 		m.log.Info("mesh: cluster not held here: stopping it", "cluster", c)

@@ -21,7 +21,13 @@ func (m *Manager) respawn(s *slot, restart bool) {
 	if !restart && !m.restarted {
 		reason = discord.ReasonStart
 	}
-	p, err := m.spawn(s, s.gen, reason)
+	var p *proc
+	var err error
+	if s.fenced.Load() {
+		err = errFenced // its lease's Stop is on its way to the loop
+	} else {
+		p, err = m.spawn(s, s.gen, reason)
+	}
 	now := time.Now()
 	if err != nil {
 		m.logSpawnFailure(s, s.gen, err)
@@ -91,8 +97,14 @@ func newToken() string {
 
 // watchExit posts p's confirmed exit to the loop.
 func (m *Manager) watchExit(p *proc) {
+	if m.mesh != nil {
+		m.mesh.groups.add(p.cluster, p.seq, p.process)
+	}
 	go func() {
 		<-p.process.Exited()
+		if m.mesh != nil {
+			m.mesh.groups.remove(p.cluster, p.seq)
+		}
 		m.post(evExit{p: p})
 	}()
 }
