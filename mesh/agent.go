@@ -149,8 +149,14 @@ func (a *Agent) step(ctx context.Context) {
 	// one pass never delays the next fence.
 	rctx, cancel := context.WithDeadline(ctx, a.nextFence(a.now().Add(t.Op)))
 	defer cancel()
-	hosts, herr := a.Store.Hosts(rctx)
-	leases, lerr := a.Store.Leases(rctx)
+	a.mu.Lock()
+	known := make([]string, 0, len(a.hosts))
+	for _, h := range a.hosts {
+		known = append(known, h.Host)
+	}
+	a.mu.Unlock()
+	hosts, herr := a.Store.Hosts(rctx, known...)
+	leases, lerr := a.Store.Leases(rctx, a.Topology.Clusters())
 	a.mu.Lock()
 	if herr == nil {
 		a.hosts = hosts
