@@ -496,7 +496,7 @@ func lineOfKey(doc, key string, from int) int {
 // reservedEnv are the variables the manager sets in every cluster's environment.
 var reservedEnv = map[string]bool{
 	"SM_SOCKET": true, "SM_CLUSTER": true, "SM_GENERATION": true, "SM_SHARD_FIRST": true,
-	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true,
+	"SM_SHARD_LAST": true, "SM_TOTAL_SHARDS": true, "SM_TOKEN": true, "SM_HOST_ID": true,
 	"SM_ORPHAN_TIMEOUT_MS": true,
 }
 

@@ -100,6 +100,12 @@ type SimOptions struct {
 	HangAfter time.Duration
 	// IgnoreQuiesce ignores QUIESCE, SIGTERM and SIGINT: only SIGKILL ends it.
 	IgnoreQuiesce bool
+
+	// Record, if set, is a file the bot appends a line to when it is
+	// activated and when it exits (package internal/activations), so that a
+	// test can check that no two processes of a cluster were ever activated
+	// at once, on one host or several sharing the file.
+	Record string
 }
 
 // CrashExitCode is the exit code of --crash-after.
@@ -108,7 +114,7 @@ const CrashExitCode = 3
 // simOnlyFlags may not be combined with --exec.
 var simOnlyFlags = []string{
 	"heartbeat-interval", "connect-delay", "event-interval", "event-buffer", "op-delay",
-	"identify-timeout", "identify-retry", "fail-ready", "crash-after", "hang-after", "ignore-quiesce",
+	"identify-timeout", "identify-retry", "fail-ready", "crash-after", "hang-after", "ignore-quiesce", "record",
 }
 
 // ParseArgs parses the command line (args without the program name), then the
@@ -139,6 +145,7 @@ func ParseArgs(name string, args []string, getenv func(string) string, usage io.
 	fs.DurationVar(&cfg.Sim.CrashAfter, "crash-after", 0, fmt.Sprintf("failure: exit with code %d after this long (0 = never)", CrashExitCode))
 	fs.DurationVar(&cfg.Sim.HangAfter, "hang-after", 0, "failure: stop heartbeating and answering after this long, but stay alive (0 = never)")
 	fs.BoolVar(&cfg.Sim.IgnoreQuiesce, "ignore-quiesce", false, "failure: ignore QUIESCE, SIGTERM and SIGINT (only SIGKILL ends it)")
+	fs.StringVar(&cfg.Sim.Record, "record", "", "append a JSON line to this `file` at activation and at exit (tests: never two processes of a cluster activated at once)")
 	exitOnStart := fs.Int("exit-on-start", -1, "failure: exit at once with this code (-1 = off)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "bound on the shutdown a SIGTERM or SIGINT starts")
 	fs.IntVar(&cfg.MaxFrameBytes, "max-frame-bytes", ipc.DefaultOptions.MaxFrameBytes, "largest frame, as the manager's max_frame_bytes")

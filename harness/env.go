@@ -22,6 +22,9 @@ const (
 	// how long in milliseconds the process may go without reaching the
 	// manager's socket before it exits with OrphanExitCode. Optional.
 	EnvOrphanTimeout = "SM_ORPHAN_TIMEOUT_MS"
+	// EnvHostID names the host the manager runs on: its mesh.host_id, else
+	// the machine's hostname. Optional: an older manager sets none.
+	EnvHostID = "SM_HOST_ID"
 )
 
 // EnvFlags holds extra command-line flags, space-separated, parsed after the
@@ -41,6 +44,8 @@ type Env struct {
 	Token       string
 	// OrphanTimeout is EnvOrphanTimeout; 0 (unset) is never.
 	OrphanTimeout time.Duration
+	// Host is SM_HOST_ID, "" when the manager set none.
+	Host string
 }
 
 // ParseEnv reads and checks the SM_* variables through getenv (os.Getenv in
@@ -83,6 +88,7 @@ func ParseEnv(getenv func(string) string) (Env, error) {
 		}
 		e.OrphanTimeout = time.Duration(n) * time.Millisecond
 	}
+	e.Host = getenv(EnvHostID)
 	if len(errs) == 0 {
 		switch {
 		case e.TotalShards < 1:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/discord"
+	"github.com/sm-supervisor/sm/internal/activations"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -31,8 +32,10 @@ type sim struct {
 	quiesce    chan struct{}     // closed by the first QUIESCE
 	closeOnce  sync.Once
 
-	opCtx context.Context // cancelled when the sim stops: cuts --op-delay short
-	ops   sync.WaitGroup  // business ops in flight; Add only under mu while !quiescing
+	opCtx  context.Context     // cancelled when the sim stops: cuts --op-delay short
+	record *activations.Writer // --record; nil without
+	host   string              // the record's host: SM_HOST_ID, else the hostname
+	ops    sync.WaitGroup      // business ops in flight; Add only under mu while !quiescing
 
 	mu  sync.Mutex
 	st  simState
@@ -66,6 +69,18 @@ func runSim(ctx context.Context, cfg Config) error {
 		opCtx:      opCtx,
 		reg:        simRegistration{changed: make(chan struct{})},
 	}
+	if cfg.Sim.Record != "" {
+		w, err := activations.Create(cfg.Sim.Record)
+		if err != nil {
+			cancelOps()
+			return err
+		}
+		defer w.Close()
+		s.record, s.host = w, cfg.Env.Host
+		if s.host == "" {
+			s.host, _ = os.Hostname()
+		}
+	}
 	s.client = newClient(cfg, cfg.Logger, s.handle, s.registeredWith)
 
 	clientCtx, stopClient := context.WithCancel(ctx)
@@ -83,7 +98,20 @@ func runSim(ctx context.Context, cfg Config) error {
 	s.ops.Wait()
 	stopClient()
 	<-clientDone
+	s.note(activations.Exit)
 	return err
+}
+
+// note appends event to the --record file, if any.
+func (s *sim) note(event string) {
+	if s.record == nil {
+		return
+	}
+	err := s.record.Append(activations.Record{Host: s.host, Cluster: s.env.Cluster, Generation: s.env.Generation,
+		PID: s.pid, Event: event, UnixNano: time.Now().UnixNano()})
+	if err != nil {
+		s.log.Error("record not written", "event", event, "err", err)
+	}
 }
 
 // loop is the bot's life, one timer or message at a time.
@@ -241,6 +269,7 @@ func (s *sim) registeredWith(_ *ipc.Client, reply *ipc.Frame) {
 	}
 	s.mu.Unlock()
 	if flushed >= 0 {
+		s.note(activations.Activate)
 		s.log.Info("activated by the REGISTER reply (active:true): dispatching gateway events", "flushed", flushed)
 	}
 	offer(s.registered, reg)
@@ -318,6 +347,7 @@ func (s *sim) handle(c *ipc.Client, f *ipc.Frame) {
 		flushed := s.st.activate()
 		s.mu.Unlock()
 		if flushed >= 0 {
+			s.note(activations.Activate)
 			s.log.Info("activated: dispatching gateway events", "flushed", flushed)
 		}
 	case ipc.OpQuiesce:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sm-supervisor/sm/harness/harnesstest"
+	"github.com/sm-supervisor/sm/internal/activations"
 	"github.com/sm-supervisor/sm/ipc"
 )
 
@@ -32,7 +33,13 @@ type running struct {
 // shards 4..6 of 8, with args as its command line.
 func start(t *testing.T, m *harnesstest.Manager, args ...string) *running {
 	t.Helper()
-	env := goodEnv()
+	return startEnv(t, m, goodEnv(), args...)
+}
+
+// startEnv is start with the environment env (SM_SOCKET and SM_TOKEN set
+// for m).
+func startEnv(t *testing.T, m *harnesstest.Manager, env map[string]string, args ...string) *running {
+	t.Helper()
 	env[EnvSocket] = m.Path
 	env[EnvToken] = "tok-" + t.Name()
 	cfg, err := ParseArgs("cluster-harness", args, mapEnv(env), io.Discard)
@@ -453,5 +460,54 @@ func TestSimGrowAndLag(t *testing.T) {
 		if r := request(t, c, bad); r.Error == nil || r.Error.Code != CodeBadRequest {
 			t.Errorf("bad %d → %s", i, ipc.Encode(r))
 		}
+	}
+}
+
+// TestSimRecord: with --record the bot appends its activation and its exit,
+// named by SM_HOST_ID (else the hostname), cluster, generation and pid; two
+// processes sharing the file leave both their lines, and the check over
+// them finds the second activated while the first still was.
+func TestSimRecord(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/record.jsonl"
+	m := harnesstest.Start(t, harnesstest.Options{})
+	env := goodEnv()
+	env[EnvHostID] = "gw-1"
+	r1 := startEnv(t, m, env, "--connect-delay=0", "--record="+path)
+	c1 := m.Accept(wait)
+	r2 := start(t, m, "--connect-delay=0", "--record="+path) // no SM_HOST_ID: the hostname
+	c2 := m.Accept(wait)
+	c1.Send(`{"op":"ACTIVATE"}`)
+	c1.Send(`{"op":"ACTIVATE"}`) // a second ACTIVATE records nothing
+	barrier(t, c1)
+	c2.Send(`{"op":"ACTIVATE"}`)
+	barrier(t, c2)
+	c1.Send(`{"op":"QUIESCE"}`)
+	if err := r1.result(t, wait); err != nil {
+		t.Fatal(err)
+	}
+	r2.cancel()
+	if err := r2.result(t, wait); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := activations.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	var got []string
+	for _, r := range recs {
+		if r.Cluster != 1 || r.Generation != 7 || r.PID != os.Getpid() || r.UnixNano == 0 {
+			t.Errorf("record %+v: want cluster 1 generation 7 pid %d and a time", r, os.Getpid())
+		}
+		got = append(got, r.Host+":"+r.Event)
+	}
+	// r1 activates before r2 (barriers), and exits before r2 (QUIESCE first).
+	want := []string{"gw-1:activate", host + ":activate", "gw-1:exit", host + ":exit"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+	if o := activations.Check(recs); len(o) != 1 || o[0].A.Host != "gw-1" || o[0].B.Host != host {
+		t.Fatalf("Check = %v, want the overlap of the two", o)
 	}
 }

@@ -1,6 +1,9 @@
 package manager
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // SpecCount is the number of generation commands m keeps, read on its loop.
 func SpecCount(m *Manager) int {
@@ -8,4 +11,14 @@ func SpecCount(m *Manager) int {
 		return evFunc(func(m *Manager) { res <- len(m.specs) })
 	})
 	return n
+}
+
+// WedgeLoop blocks m's event loop until release is called: a loop that is
+// stuck while the rest of the manager (its mesh agent, its readers) runs.
+func WedgeLoop(m *Manager) (release func()) {
+	unblock, wedged := make(chan struct{}), make(chan struct{})
+	m.post(evFunc(func(*Manager) { close(wedged); <-unblock }))
+	<-wedged
+	var once sync.Once
+	return func() { once.Do(func() { close(unblock) }) }
 }

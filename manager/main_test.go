@@ -20,6 +20,7 @@ import (
 	"github.com/sm-supervisor/sm/manager"
 )
 
+// TestMain builds nats-server from its Go module too, for the mesh tests.
 func TestMain(m *testing.M) {
 	testenv.Main(m, "../cmd/cluster-harness", "../cmd/sm-manager", "github.com/nats-io/nats-server/v2")
 }

@@ -38,6 +38,9 @@ type meshState struct {
 	hostsKey   string         // the hosts as last published, lease ages left out
 	hostsDirty bool           // the hosts changed since the last hosts event
 	owners     map[int]string // each cluster's holder as last published
+	// groups are the live processes by cluster, for the watchdog's kill
+	// (meshfence.go); not loop-owned.
+	groups procGroups
 }
 
 // joinMesh connects to the mesh's NATS server and opens its buckets, so
@@ -78,6 +81,7 @@ func (m *Manager) joinMesh() error {
 		Start:    func(c int) { m.post(evMeshHold{cluster: c, held: true}) },
 		Stop:     m.meshStop,
 		Viewed:   m.meshViewed,
+		Kill:     m.meshKill,
 	}
 	m.mesh = ms
 	m.router = newRouter(m, nc, ms.agent.Me, st)
@@ -196,6 +200,7 @@ func (m *Manager) meshHold(c int, held bool, done chan struct{}) {
 	}
 	s := t.slots[c]
 	if held {
+		s.fenced.Store(false)
 		m.log.Info("mesh: cluster held here: supervising it", "cluster", c)
 	} else {
 		m.log.Info("mesh: cluster not held here: stopping it", "cluster", c)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -20,7 +21,13 @@ func (m *Manager) respawn(s *slot, restart bool) {
 	if !restart && !m.restarted {
 		reason = discord.ReasonStart
 	}
-	p, err := m.spawn(s, s.gen, reason)
+	var p *proc
+	var err error
+	if s.fenced.Load() {
+		err = errFenced // its lease's Stop is on its way to the loop
+	} else {
+		p, err = m.spawn(s, s.gen, reason)
+	}
 	now := time.Now()
 	if err != nil {
 		m.logSpawnFailure(s, s.gen, err)
@@ -56,6 +63,7 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 		"SM_SHARD_LAST=" + strconv.Itoa(s.last),
 		"SM_TOTAL_SHARDS=" + strconv.Itoa(s.topo.Total),
 		"SM_TOKEN=" + token,
+		"SM_HOST_ID=" + m.hostID(),
 	}, sp.env...)
 	if m.cfg.Mesh.Enabled() {
 		env = append(env, "SM_ORPHAN_TIMEOUT_MS="+strconv.FormatInt(orphanTimeout(m.cfg.Mesh.Lease.Duration).Milliseconds(), 10))
@@ -73,6 +81,17 @@ func (m *Manager) spawn(s *slot, gen int64, reason discord.Reason) (*proc, error
 	return p, nil
 }
 
+// hostID names this host to its clusters (SM_HOST_ID): mesh.host_id in a
+// mesh, else the machine's hostname, so that records several hosts write
+// (cluster-harness --record) say where each process ran.
+func (m *Manager) hostID() string {
+	if id := m.cfg.Mesh.HostID; id != "" {
+		return id
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
 func newToken() string {
 	b := make([]byte, 24)
 	rand.Read(b)
@@ -81,8 +100,14 @@ func newToken() string {
 
 // watchExit posts p's confirmed exit to the loop.
 func (m *Manager) watchExit(p *proc) {
+	if m.mesh != nil {
+		m.mesh.groups.add(p.cluster, p.seq, p.process)
+	}
 	go func() {
 		<-p.process.Exited()
+		if m.mesh != nil {
+			m.mesh.groups.remove(p.cluster, p.seq)
+		}
 		m.post(evExit{p: p})
 	}()
 }

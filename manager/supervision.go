@@ -37,6 +37,10 @@ type slot struct {
 	// remote: in a mesh, this host does not hold the cluster's lease, and
 	// requests for it are answered unavailable (written under mu).
 	remote atomic.Bool
+	// fenced: in a mesh, the agent's watchdog killed its processes (a Stop
+	// not confirmed in time); it is not spawned again until the loop hears
+	// the lease is held again (meshfence.go).
+	fenced atomic.Bool
 }
 
 func newSlot(topo generation.Topology, id int, gen int64, rules *supervise.Rules) *slot {

@@ -39,14 +39,20 @@ type Agent struct {
 	// the previous call saw: the owner reads Snapshot for the news. Called
 	// on Run's goroutine; it must not block.
 	Viewed func()
+	// Kill, if set, is the last resort (watchdog.go): kill cluster c's
+	// processes at once, without the owner's loop, because a Stop was not
+	// confirmed in time. It is called with the agent's lock held, so it must
+	// not block nor call the agent; the Stop still waits for the owner.
+	Kill func(c int)
 
-	mu     sync.Mutex // guards the fields below
-	held   map[int]Held
-	hosts  []HostRecord
-	leases map[int]Lease
-	hostAt uint64 // revision of our host record; 0 before the first
-	start  time.Time
-	joined time.Time // when the first announcement succeeded
+	mu       sync.Mutex // guards the fields below
+	held     map[int]Held
+	stopping map[int]time.Time // Stops not yet confirmed, by when they must be (watchdog.go)
+	hosts    []HostRecord
+	leases   map[int]Lease
+	hostAt   uint64 // revision of our host record; 0 before the first
+	start    time.Time
+	joined   time.Time // when the first announcement succeeded
 }
 
 // Snapshot is what an Agent last knew, for STATUS.
@@ -124,6 +130,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	a.Log.Info("mesh: joined", "host", a.Me.Host, "boot", a.Me.Boot, "capacity", a.Capacity)
+	if a.Kill != nil {
+		// Watching until the leases are released (leave), since they are
+		// held until then.
+		wctx, stopWatch := context.WithCancel(context.Background())
+		watched := make(chan struct{})
+		go func() { defer close(watched); a.watch(wctx) }()
+		defer func() { stopWatch(); <-watched }()
+	}
 	defer a.leave()
 	var seen string
 	for {
@@ -152,8 +166,14 @@ func (a *Agent) step(ctx context.Context) {
 	// one pass never delays the next fence.
 	rctx, cancel := context.WithDeadline(ctx, a.nextFence(a.now().Add(t.Op)))
 	defer cancel()
-	hosts, herr := a.Store.Hosts(rctx)
-	leases, lerr := a.Store.Leases(rctx)
+	a.mu.Lock()
+	known := make([]string, 0, len(a.hosts))
+	for _, h := range a.hosts {
+		known = append(known, h.Host)
+	}
+	a.mu.Unlock()
+	hosts, herr := a.Store.Hosts(rctx, known...)
+	leases, lerr := a.Store.Leases(rctx, a.Topology.Clusters())
 	a.mu.Lock()
 	if herr == nil {
 		a.hosts = hosts
@@ -251,12 +271,12 @@ func (a *Agent) fenceDue() {
 
 func (a *Agent) fence(c int, why string) {
 	a.mu.Lock()
-	_, ok := a.held[c]
+	h, ok := a.held[c]
 	delete(a.held, c)
 	a.mu.Unlock()
 	if ok {
 		a.Log.Warn("mesh: fencing cluster", "cluster", c, "why", why)
-		a.Stop(c)
+		a.stopOne(c, h.Sent)
 	}
 }
 
@@ -291,10 +311,14 @@ func (a *Agent) leave() {
 	a.mu.Lock()
 	held := maps.Clone(a.held)
 	a.held = map[int]Held{}
+	for c, h := range held { // watched from now, not only once reached
+		a.stopping[c] = a.Store.Timing.StopBy(h.Sent, a.now())
+	}
 	rev := a.hostAt
 	a.mu.Unlock()
 	for _, c := range slices.Sorted(maps.Keys(held)) {
 		a.Stop(c)
+		a.stopped(c)
 		if err := a.Store.Release(ctx, c, held[c].Rev); err != nil {
 			a.Log.Info("mesh: lease not released; it expires by itself", "cluster", c, "err", err)
 		}

@@ -60,21 +60,37 @@ func (s *Store) Leave(ctx context.Context, host string, rev uint64) error {
 	return nil
 }
 
-// Hosts lists the live host records, in host id order. A record that does
-// not decode is skipped: it is no host this version can place clusters on.
-func (s *Store) Hosts(ctx context.Context) ([]HostRecord, error) {
+// Hosts lists the live host records, in host id order: one pass of a bucket
+// watch, then a direct read of each host of known (the hosts last seen) that
+// the pass did not show (read.go). A record that does not decode is skipped:
+// it is no host this version can place clusters on.
+func (s *Store) Hosts(ctx context.Context, known ...string) ([]HostRecord, error) {
 	var out []HostRecord
-	err := s.readAll(ctx, s.hosts, "hosts", func(e jetstream.KeyValueEntry) {
-		if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+	seen := map[string]bool{}
+	add := func(e entry) {
+		seen[e.key] = true
+		if e.gone() {
 			return // left, or expired
 		}
-		if r, err := decodeHost(e.Value()); err == nil {
-			r.Written = e.Created()
+		if r, err := decodeHost(e.value); err == nil {
+			r.Written = e.created
 			out = append(out, r)
 		}
-	})
-	if err != nil {
+	}
+	if err := s.readAll(ctx, s.hosts, "hosts", add); err != nil {
 		return nil, err
+	}
+	for _, h := range known {
+		if seen[h] {
+			continue
+		}
+		e, found, err := s.readKey(ctx, s.hostsStream, s.hosts.Bucket(), h)
+		if err != nil {
+			return nil, fmt.Errorf("mesh: reading host %s: %w", h, err)
+		}
+		if found {
+			add(e)
+		}
 	}
 	slices.SortFunc(out, func(a, b HostRecord) int { return cmp.Compare(a.Host, b.Host) })
 	return out, nil

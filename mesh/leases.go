@@ -80,50 +80,38 @@ func wrongLast(err error) bool {
 		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Leases reads every cluster's lease, ended ones included (Gone), as one
-// consistent pass over the bucket. Entries that do not decode are skipped.
-func (s *Store) Leases(ctx context.Context) (map[int]Lease, error) {
+// Leases reads every cluster's lease, ended ones included (Gone): one pass
+// of a bucket watch, then a direct read of each of clusters 0..clusters-1
+// that the pass did not show (read.go: the pass can miss keys written during
+// it), so a lease that exists is never missing from the answer. Entries that
+// do not decode are skipped.
+func (s *Store) Leases(ctx context.Context, clusters int) (map[int]Lease, error) {
 	out := map[int]Lease{}
-	err := s.readAll(ctx, s.leases, "leases", func(e jetstream.KeyValueEntry) {
+	add := func(e entry) {
 		if c, l, ok := leaseEntry(e); ok {
 			out[c] = l
 		}
-	})
-	if err != nil {
+	}
+	if err := s.readAll(ctx, s.leases, "leases", add); err != nil {
 		return nil, err
+	}
+	for c := range clusters {
+		if _, ok := out[c]; ok {
+			continue
+		}
+		e, found, err := s.readKey(ctx, s.leasesStream, s.leases.Bucket(), leaseKey(c))
+		if err != nil {
+			return nil, fmt.Errorf("mesh: reading lease of cluster %d: %w", c, err)
+		}
+		if found {
+			add(e)
+		}
 	}
 	return out, nil
 }
 
-// readAll hands each entry of bucket kv (its latest revision, delete and
-// purge markers included) to fn, read in one pass of one watch rather than a
-// request per key. what names the bucket in errors.
-func (s *Store) readAll(ctx context.Context, kv jetstream.KeyValue, what string, fn func(jetstream.KeyValueEntry)) error {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("mesh: reading %s: %w", what, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return fmt.Errorf("mesh: reading %s: watcher closed", what)
-			}
-			if e == nil {
-				return nil // the initial values are all in
-			}
-			fn(e)
-		case <-ctx.Done():
-			return fmt.Errorf("mesh: reading %s: %w", what, ctx.Err())
-		}
-	}
-}
-
-func leaseEntry(e jetstream.KeyValueEntry) (int, Lease, bool) {
-	id, ok := strings.CutPrefix(e.Key(), "c.")
+func leaseEntry(e entry) (int, Lease, bool) {
+	id, ok := strings.CutPrefix(e.key, "c.")
 	if !ok {
 		return 0, Lease{}, false
 	}
@@ -131,12 +119,12 @@ func leaseEntry(e jetstream.KeyValueEntry) (int, Lease, bool) {
 	if err != nil || c < 0 {
 		return 0, Lease{}, false
 	}
-	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
-		return c, Lease{Rev: e.Revision(), Gone: true}, true
+	if e.gone() {
+		return c, Lease{Rev: e.rev, Gone: true}, true
 	}
-	r, err := decodeLease(e.Value())
+	r, err := decodeLease(e.value)
 	if err != nil {
 		return 0, Lease{}, false
 	}
-	return c, Lease{Holder: r.Holder, Rev: e.Revision()}, true
+	return c, Lease{Holder: r.Holder, Rev: e.rev}, true
 }

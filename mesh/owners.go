@@ -137,7 +137,7 @@ func (e watchError) Error() string { return string(e) }
 const errWatchClosed = watchError("watcher closed")
 
 func (o *Owners) apply(e jetstream.KeyValueEntry) {
-	c, l, ok := leaseEntry(e)
+	c, l, ok := leaseEntry(entryOf(e))
 	if !ok || c >= len(o.slots) {
 		return
 	}

@@ -21,6 +21,9 @@ type Store struct {
 	leases jetstream.KeyValue
 	// replicas is how many JetStream servers keep each bucket it makes.
 	replicas int
+	// The buckets' streams, for reading one key's latest entry, marker
+	// included (read.go).
+	hostsStream, leasesStream jetstream.Stream
 	// Timing is the mesh's lease arithmetic.
 	Timing Timing
 }
@@ -62,6 +65,12 @@ func Open(ctx context.Context, nc *nats.Conn, name string, lease time.Duration, 
 	}
 	if s.leases, err = bucket(ctx, js, name+"_leases", lease, s.replicas, "sm: a lease per cluster"); err != nil {
 		return nil, err
+	}
+	if s.hostsStream, err = js.Stream(ctx, "KV_"+name+"_hosts"); err != nil {
+		return nil, fmt.Errorf("mesh: bucket %s_hosts: %w", name, err)
+	}
+	if s.leasesStream, err = js.Stream(ctx, "KV_"+name+"_leases"); err != nil {
+		return nil, fmt.Errorf("mesh: bucket %s_leases: %w", name, err)
 	}
 	return s, nil
 }

@@ -147,7 +147,7 @@ func TestLeaseCompareAndSet(t *testing.T) {
 	if err := st.Release(ctx, 3, ha.Rev); !errors.Is(err, mesh.ErrConflict) {
 		t.Fatalf("release at a stale revision: err = %v, want ErrConflict", err)
 	}
-	ls, err := st.Leases(ctx)
+	ls, err := st.Leases(ctx, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +157,16 @@ func TestLeaseCompareAndSet(t *testing.T) {
 	if err := st.Release(ctx, 3, ha2.Rev); err != nil {
 		t.Fatal(err)
 	}
-	if ls, _ := st.Leases(ctx); !ls[3].Gone {
+	if ls, _ := st.Leases(ctx, 4); !ls[3].Gone {
 		t.Fatalf("after release: %+v, want cluster 3 gone", ls)
+	}
+	// A direct read of a key shows the marker too, at its revision, and no
+	// entry for a key never written.
+	if l, found, err := mesh.LeaseDirect(ctx, st, 3); err != nil || !found || !l.Gone || l.Rev <= ha2.Rev {
+		t.Fatalf("direct read after release: %+v %v %v, want gone after revision %d", l, found, err, ha2.Rev)
+	}
+	if _, found, err := mesh.LeaseDirect(ctx, st, 0); err != nil || found {
+		t.Fatalf("direct read of a lease never taken: found %v, %v", found, err)
 	}
 	if _, err := st.Renew(ctx, 3, a, ha2.Rev); !errors.Is(err, mesh.ErrConflict) {
 		t.Fatalf("renew after release: err = %v, want ErrConflict", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -54,7 +55,7 @@ func (a *Agent) TakeOver(ctx context.Context, prev Holder) ([]int, error) {
 		return nil, fmt.Errorf("mesh: %v is no previous boot of %v", prev, a.Me)
 	}
 	a.init()
-	leases, err := a.Store.Leases(ctx)
+	leases, err := a.Store.Leases(ctx, a.Topology.Clusters())
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +91,6 @@ func (a *Agent) init() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.held == nil {
-		a.held, a.start = map[int]Held{}, a.now()
+		a.held, a.stopping, a.start = map[int]Held{}, map[int]time.Time{}, a.now()
 	}
 }

@@ -28,7 +28,7 @@ func TestTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Cluster 3's lease ends (released) and b takes it: not prev's any more.
-	ls, _ := st.Leases(ctx)
+	ls, _ := st.Leases(ctx, 4)
 	if err := st.Release(ctx, 3, ls[3].Rev); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestTakeOver(t *testing.T) {
 	if err != nil || !slices.Equal(held, []int{0, 1}) {
 		t.Fatalf("TakeOver = %v, %v; want [0 1]", held, err)
 	}
-	ls, _ = st.Leases(ctx)
+	ls, _ = st.Leases(ctx, 4)
 	for c, want := range map[int]mesh.Holder{0: me, 1: me, 2: other, 3: other} {
 		if ls[c].Holder != want || ls[c].Gone {
 			t.Errorf("lease %d: %+v, want %v", c, ls[c], want)
